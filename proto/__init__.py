@@ -1,0 +1,1 @@
+"""The wire between the coordinator and its workers: messages, framing, versions, values."""

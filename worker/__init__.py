@@ -1,0 +1,1 @@
+"""The sandboxed worker process (``python -m worker``); it never imports ``coordinator``."""
