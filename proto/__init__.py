@@ -1,1 +1,55 @@
-"""The wire between the coordinator and its workers: messages, framing, versions, values."""
+"""The wire between the coordinator and its workers: messages, framing, versions, values.
+
+See ``proto/PROTOCOL.md`` for the normative description.  This package imports
+only the standard library and msgpack.
+"""
+
+from proto.calls import ERROR_CLASSES, KINDS, OPS, Call, Cancel, Chunk, Credit, Error, Result
+from proto.commands import COMMAND_FRAMES, FROM_COORDINATOR, FROM_WORKER, Command
+from proto.control import Goodbye, Heartbeat, Ready, Shutdown
+from proto.errors import MalformedMessage, ProtocolError, RhaipoolError, TooLarge, UnknownCommand, VersionMismatch
+from proto.frames import PROTOCOL_VERSION, SIGNATURE, SUPPORTED_VERSIONS, Message, decode, encode, signature_for
+from proto.host import BROKERED, STREAMING_HOST_CALLS, HostCall, HostChunk, HostReply
+from proto.values import MAX_BODY_BYTES, MAX_CONTAINER_LEN, pack, unpack
+
+__all__ = [
+    "BROKERED",
+    "COMMAND_FRAMES",
+    "ERROR_CLASSES",
+    "FROM_COORDINATOR",
+    "FROM_WORKER",
+    "KINDS",
+    "MAX_BODY_BYTES",
+    "MAX_CONTAINER_LEN",
+    "OPS",
+    "PROTOCOL_VERSION",
+    "SIGNATURE",
+    "STREAMING_HOST_CALLS",
+    "SUPPORTED_VERSIONS",
+    "Call",
+    "Cancel",
+    "Chunk",
+    "Command",
+    "Credit",
+    "decode",
+    "encode",
+    "Error",
+    "Goodbye",
+    "Heartbeat",
+    "HostCall",
+    "HostChunk",
+    "HostReply",
+    "MalformedMessage",
+    "Message",
+    "pack",
+    "ProtocolError",
+    "Ready",
+    "Result",
+    "RhaipoolError",
+    "Shutdown",
+    "signature_for",
+    "TooLarge",
+    "UnknownCommand",
+    "unpack",
+    "VersionMismatch",
+]

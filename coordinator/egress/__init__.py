@@ -1,0 +1,25 @@
+"""Outbound HTTP for provider scripts: one shared client, the egress policy, SSE framing, env_var.
+
+Workers have no network; every request a script makes arrives here as a host call and leaves
+through :class:`Egress`, which is why the coordinator always knows whether a call had side effects.
+"""
+
+from __future__ import annotations
+
+from coordinator.egress.client import CONNECT_TIMEOUT_SECS, MAX_REDIRECTS, Egress
+from coordinator.egress.env import EnvResolver, is_credential_shaped
+from coordinator.egress.errors import HostError
+from coordinator.egress.policy import EgressDenied, EgressPolicy
+from coordinator.egress.sse import SseFramer
+
+__all__ = [
+    "CONNECT_TIMEOUT_SECS",
+    "MAX_REDIRECTS",
+    "Egress",
+    "EgressDenied",
+    "EgressPolicy",
+    "EnvResolver",
+    "HostError",
+    "SseFramer",
+    "is_credential_shaped",
+]

@@ -1,0 +1,100 @@
+"""Reading a response body safely: the size cap and the "is this really text?" checks (SPEC §3.15).
+
+A script only ever receives text. A 2xx answer whose content type is not text-like, or whose bytes
+decode to mostly replacement characters, is refused with an ``api`` error that says so, instead of
+handing the script a page of mojibake it would then fail to parse in a confusing way.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+import httpx
+
+from coordinator.egress.errors import HostError
+
+__all__ = [
+    "MOJIBAKE_MIN_CHARS",
+    "MOJIBAKE_RATIO",
+    "charset_of",
+    "decode_lossy",
+    "is_text_like",
+    "read_capped",
+    "readable_text",
+]
+
+MOJIBAKE_MIN_CHARS = 64
+MOJIBAKE_RATIO = 0.10
+_TEXT_MARKERS = ("json", "xml", "javascript", "x-yaml", "urlencoded")
+
+
+def charset_of(response: httpx.Response) -> str:
+    """The declared charset when Python knows it, else UTF-8."""
+    name = response.charset_encoding or "utf-8"
+    try:
+        codecs.lookup(name)
+    except LookupError:
+        return "utf-8"
+    return name
+
+
+def decode_lossy(response: httpx.Response, raw: bytes) -> str:
+    """Decode like the reference's ``text()``: unknown bytes become U+FFFD."""
+    return raw.decode(charset_of(response), errors="replace")
+
+
+def is_text_like(content_type: str) -> bool:
+    """``text/*`` or a type naming json/xml/javascript/x-yaml/urlencoded."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media.startswith("text/") or any(marker in media for marker in _TEXT_MARKERS)
+
+
+async def read_capped(response: httpx.Response, cap: int) -> bytes:
+    """The whole body, or an ``api`` HostError as soon as it exceeds ``cap`` bytes."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise _too_large()
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > cap:
+            raise _too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large() -> HostError:
+    return HostError(
+        {
+            "kind": "api",
+            "message": "response too large: the body exceeded this provider's max_response_bytes",
+            "failure_kind": "malformed-response",
+        }
+    )
+
+
+def readable_text(response: httpx.Response, raw: bytes) -> str:
+    """Decode a 2xx body, refusing binary content types and bodies that do not decode."""
+    content_type = response.headers.get("content-type")
+    if content_type is not None and not is_text_like(content_type):
+        media = content_type.split(";", 1)[0].strip()
+        raise HostError(
+            {
+                "kind": "api",
+                "message": f"unreadable body: the response is {media}, not text - "
+                "the endpoint sent binary content where the script expects text; check the URL",
+                "failure_kind": "malformed-response",
+            }
+        )
+    text = decode_lossy(response, raw)
+    bad = text.count("\ufffd")
+    if len(text) >= MOJIBAKE_MIN_CHARS and bad > MOJIBAKE_RATIO * len(text):
+        raise HostError(
+            {
+                "kind": "api",
+                "message": f"unreadable body: {bad} of {len(text)} characters did not decode as "
+                f"{charset_of(response)}, so the script did not read the page.",
+                "failure_kind": "malformed-response",
+            }
+        )
+    return text

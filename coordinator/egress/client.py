@@ -1,0 +1,291 @@
+"""Every outbound HTTP request of every provider script, through one shared ``httpx.AsyncClient``.
+
+    worker: http_post(...) ──HOST_CALL──▶ coordinator host handler ──▶ Egress.fetch / Egress.stream
+                                                                          │ policy.check_url (by name)
+                                                                          ▼
+                        httpx.AsyncClient ─▶ _PolicyTransport ─▶ pool per address policy
+                                                                          │ _GuardedBackend: resolve,
+                                                                          ▼ check each address, connect
+
+Transport rules (SPEC §3.15): connect timeout 30 s, TCP keepalive 30 s, a total deadline per request,
+same-origin redirects only (at most 5 hops), text-only 2xx bodies, a response size cap, up to two
+quick retries of a unary request whose connection broke, none for streams. Connections are pooled
+(allowed by SPEC §0); pools are keyed by the address policy so a connection opened under one
+provider's ``egress_allow`` is never reused by a provider without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpcore
+import httpx
+
+from coordinator.egress.body import decode_lossy, read_capped, readable_text
+from coordinator.egress.errors import HostError, denied_error, status_error, transport_error
+from coordinator.egress.policy import EgressDenied, EgressPolicy
+from coordinator.egress.sse import SseFramer
+
+__all__ = ["CONNECT_TIMEOUT_SECS", "MAX_REDIRECTS", "Egress"]
+
+CONNECT_TIMEOUT_SECS = 30.0
+MAX_REDIRECTS = 5
+_RETRY_SLEEPS = (0.2, 0.4)
+_RETRYABLE = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadTimeout)
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_KEEPALIVE = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+if hasattr(socket, "TCP_KEEPIDLE"):
+    _KEEPALIVE.append((socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30))
+
+
+class _GuardedBackend(httpcore.AsyncNetworkBackend):
+    """Resolves the host itself and connects only to addresses the policy allows."""
+
+    def __init__(self, policy: EgressPolicy) -> None:
+        self._policy = policy
+        self._inner = httpcore.AnyIOBackend()
+
+    async def _addresses(self, host: str, port: int) -> list[str]:
+        try:
+            return [str(ipaddress.ip_address(host.strip("[]")))]
+        except ValueError:
+            pass
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise httpcore.ConnectError(f"dns error: failed to lookup address for {host}: {exc}") from exc
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """Connect to the first allowed address; refuse when none is allowed."""
+        addresses = await self._addresses(host, port)
+        allowed = [a for a in addresses if self._policy.address_allowed(host, a)]
+        if not allowed:
+            self._policy.check_address(host, addresses[0])
+        error: Exception | None = None
+        for address in allowed:
+            try:
+                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.AsyncNetworkStream:
+        """Never: egress is TCP only."""
+        raise EgressDenied("egress refused: unix sockets are not reachable from provider scripts")
+
+    async def sleep(self, seconds: float) -> None:
+        """Delegate."""
+        await self._inner.sleep(seconds)
+
+
+class _PolicyTransport(httpx.AsyncBaseTransport):
+    """Routes each request to the connection pool of its address policy."""
+
+    def __init__(self, *, verify: bool, http2: bool, max_connections: int) -> None:
+        self._verify = verify
+        self._http2 = http2
+        self._max = max_connections
+        self._pools: dict[Any, httpx.AsyncHTTPTransport] = {}
+
+    def _pool_for(self, policy: EgressPolicy) -> httpx.AsyncHTTPTransport:
+        transport = self._pools.get(policy.address_key)
+        if transport is None:
+            limits = httpx.Limits(max_connections=self._max, max_keepalive_connections=self._max)
+            transport = httpx.AsyncHTTPTransport(verify=self._verify, http2=self._http2, trust_env=False)
+            # httpx does not expose httpcore's network_backend; replace its pool with one that has ours.
+            transport._pool = httpcore.AsyncConnectionPool(
+                ssl_context=httpx.create_ssl_context(verify=self._verify, trust_env=False),
+                max_connections=limits.max_connections,
+                max_keepalive_connections=limits.max_keepalive_connections,
+                keepalive_expiry=limits.keepalive_expiry,
+                http1=True,
+                http2=self._http2,
+                network_backend=_GuardedBackend(policy),
+                socket_options=_KEEPALIVE,
+            )
+            self._pools[policy.address_key] = transport
+        return transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Dispatch to the right pool."""
+        policy = request.extensions.get("rhaipool_policy")
+        if not isinstance(policy, EgressPolicy):
+            raise EgressDenied("egress refused: request without a provider policy")
+        return await self._pool_for(policy).handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close every pool."""
+        for transport in self._pools.values():
+            await transport.aclose()
+        self._pools.clear()
+
+
+def _same_origin(a: httpx.URL, b: httpx.URL) -> bool:
+    return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
+
+
+class Egress:
+    """The coordinator's only HTTP client; use as an async context manager."""
+
+    def __init__(self, *, verify: bool = True, http2: bool = False, max_connections: int = 1024) -> None:
+        self._transport = _PolicyTransport(verify=verify, http2=http2, max_connections=max_connections)
+        self._client = httpx.AsyncClient(
+            transport=self._transport,
+            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_SECS),
+            follow_redirects=False,
+            trust_env=False,
+        )
+        self.requests_sent = 0
+
+    async def __aenter__(self) -> Egress:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the client and its pools."""
+        await self._client.aclose()
+
+    def _build(self, policy: EgressPolicy, method: str, url: str, body: str | None, headers: dict[str, str]):
+        policy.check_url(url)
+        content = body.encode("utf-8") if body is not None else None
+        return self._client.build_request(
+            method, url, content=content, headers=headers, extensions={"rhaipool_policy": policy}
+        )
+
+    async def _send(self, policy: EgressPolicy, request: httpx.Request, on_send: Callable[[], None] | None):
+        """Send, following same-origin redirects; a cross-origin one is returned as the answer."""
+        for _ in range(MAX_REDIRECTS + 1):
+            if on_send is not None:
+                on_send()
+            self.requests_sent += 1
+            response = await self._client.send(request, stream=True)
+            location = response.headers.get("location")
+            if response.status_code not in _REDIRECTS or location is None:
+                return response
+            target = response.url.join(location)
+            if not _same_origin(target, request.url):
+                return response
+            await response.aclose()
+            method = request.method
+            if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
+                method, content = "GET", None
+            else:
+                content = request.content
+            request = self._client.build_request(
+                method, target, content=content, headers=request.headers, extensions=request.extensions
+            )
+            policy.check_url(str(target))
+        raise httpx.TooManyRedirects(f"too many redirects (more than {MAX_REDIRECTS})")
+
+    async def _fetch_once(self, policy, request, on_send) -> tuple[int, str, str | None]:
+        response = await self._send(policy, request, on_send)
+        try:
+            raw = await read_capped(response, policy.max_response_bytes)
+        finally:
+            await response.aclose()
+        if not 200 <= response.status_code < 300:
+            body = decode_lossy(response, raw)
+            if response.status_code in _REDIRECTS:
+                body = f"redirect to another origin refused ({response.headers.get('location')}) {body}".strip()
+            return response.status_code, body, response.headers.get("retry-after")
+        return response.status_code, readable_text(response, raw), None
+
+    async def fetch(
+        self,
+        policy: EgressPolicy,
+        method: str,
+        url: str,
+        *,
+        body: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 900.0,
+        on_send: Callable[[], None] | None = None,
+    ) -> str:
+        """``http_get`` / ``http_post``: the body text of a 2xx answer, else HostError."""
+        try:
+            request = self._build(policy, method, url, body, headers or {})
+            async with asyncio.timeout(timeout):
+                for attempt in range(len(_RETRY_SLEEPS) + 1):
+                    try:
+                        status, text, retry_after = await self._fetch_once(policy, request, on_send)
+                        break
+                    except _RETRYABLE:
+                        if attempt == len(_RETRY_SLEEPS):
+                            raise
+                        await asyncio.sleep(_RETRY_SLEEPS[attempt])
+        except EgressDenied as exc:
+            raise denied_error(exc) from exc
+        except (httpx.TransportError, httpx.TooManyRedirects, TimeoutError, OSError) as exc:
+            raise transport_error(exc, timeout) from exc
+        if not 200 <= status < 300:
+            raise status_error(status, text, retry_after)
+        return text
+
+    async def stream(
+        self,
+        policy: EgressPolicy,
+        url: str,
+        *,
+        body: str,
+        headers: dict[str, str] | None = None,
+        timeout: float = 900.0,
+        on_send: Callable[[], None] | None = None,
+    ) -> AsyncIterator[str]:
+        """``stream_request``: SSE data payloads as they arrive; HTTP errors before the first one."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            request = self._build(policy, "POST", url, body, headers or {})
+            async with asyncio.timeout_at(deadline):
+                response = await self._send(policy, request, on_send)
+        except EgressDenied as exc:
+            raise denied_error(exc) from exc
+        except (httpx.TransportError, httpx.TooManyRedirects, TimeoutError, OSError) as exc:
+            raise transport_error(exc, timeout) from exc
+        try:
+            async for payload in self._payloads(response, policy, deadline, timeout):
+                yield payload
+        finally:
+            await response.aclose()
+
+    async def _payloads(self, response, policy, deadline: float, timeout: float) -> AsyncIterator[str]:
+        if not 200 <= response.status_code < 300:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    raw = await read_capped(response, policy.max_response_bytes)
+            except (httpx.TransportError, TimeoutError, HostError):
+                raw = b""
+            text = decode_lossy(response, raw)
+            raise status_error(response.status_code, text, response.headers.get("retry-after"))
+        framer = SseFramer()
+        chunks = response.aiter_bytes()
+        while not framer.done:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    data = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except (httpx.TransportError, TimeoutError, OSError) as exc:
+                raise transport_error(exc, timeout) from exc
+            for payload in framer.feed(data):
+                yield payload
+            if framer.buffered > policy.max_response_bytes:
+                raise HostError({"kind": "api", "message": "response too large: one event exceeded the size cap"})
+        for payload in framer.close():
+            yield payload

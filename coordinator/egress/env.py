@@ -1,0 +1,78 @@
+"""``env_var(name)`` resolved by the coordinator, never inside a worker (SPEC §0, §3.19).
+
+Single-tenant mode (the default): the provider's ``[model_providers.<name>.env]`` values first, then
+the host environment with credential-shaped names hidden unless allow-listed (``[security]
+allow_env_vars`` or the provider's own ``allow_env_vars``; case-insensitive, exact). Tenant mode: only
+the provider's ``env`` table and the host variables its own ``allow_env_vars`` names.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["EnvResolver", "is_credential_shaped"]
+
+log = logging.getLogger(__name__)
+
+_CONTAINS = (
+    "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY", "API_KEY", "ACCESS_KEY",
+    "PRIVATE_KEY", "KEY", "_PAT", "SESSION", "COOKIE", "AUTH", "BEARER", "SIGNATURE", "SIGNING", "DSN",
+    "NETRC", "KUBECONFIG",
+)  # fmt: skip
+_EQUALS = frozenset(
+    {"DATABASE_URL", "DATABASE_DSN", "REDIS_URL", "MONGO_URL", "MONGODB_URI", "AMQP_URL", "SSH_AUTH_SOCK"}
+)
+_PREFIXES = ("LEVIATH_", "RHAIPOOL_", "AWS_", "AZURE_", "GOOGLE_", "GCP_")
+
+
+def is_credential_shaped(name: str) -> bool:
+    """Whether a variable name looks like it holds a secret."""
+    upper = name.upper()
+    return upper in _EQUALS or upper.startswith(_PREFIXES) or any(part in upper for part in _CONTAINS)
+
+
+@dataclass(frozen=True, slots=True)
+class EnvResolver:
+    """One provider's view of environment variables."""
+
+    provider: str
+    configured: tuple[tuple[str, str], ...] = ()
+    allow: frozenset[str] = frozenset()
+    tenant_mode: bool = False
+    environ: Mapping[str, str] | None = None
+
+    @classmethod
+    def build(
+        cls,
+        provider: str,
+        *,
+        configured: tuple[tuple[str, str], ...] = (),
+        allow: tuple[str, ...] = (),
+        tenant_mode: bool = False,
+        environ: Mapping[str, str] | None = None,
+    ) -> EnvResolver:
+        """Normalise the allow-list to upper case."""
+        return cls(provider, configured, frozenset(a.upper() for a in allow), tenant_mode, environ)
+
+    def get(self, name: object) -> str | None:
+        """The value the script sees, or None for ``()``."""
+        if not isinstance(name, str):
+            return None
+        values = dict(self.configured)
+        if name in values:
+            return values[name]
+        environ = os.environ if self.environ is None else self.environ
+        if self.tenant_mode:
+            return environ.get(name) if name.upper() in self.allow else None
+        if is_credential_shaped(name) and name.upper() not in self.allow:
+            if name in environ:
+                log.warning(
+                    "provider %s: env_var(%r) hidden: credential-shaped names need allow_env_vars",
+                    self.provider,
+                    name,
+                )
+            return None
+        return environ.get(name)

@@ -1,0 +1,135 @@
+"""Egress policy: which hosts a provider may call and which addresses it may reach.
+
+Two checks, both on the coordinator side:
+
+* by **name**, before a request: the URL's host must be one the provider is allowed (the host of
+  its ``base_url``, of the ``base_url`` its ``initialize`` returned, ``allowed_hosts`` and the names
+  in ``egress_allow``; ``allowed_hosts = ["*"]`` allows any host);
+* by **address**, at connect time, on the address actually connected to (so a name that resolves to
+  a private address, or DNS rebinding, cannot reach the inside): anything that is not a global
+  unicast address -- loopback, private, link-local, carrier-grade NAT, multicast, unspecified, the
+  cloud metadata addresses -- is refused unless ``egress_allow`` lists the host name, the address or
+  a CIDR range that contains it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from proto.errors import RhaipoolError
+
+__all__ = ["METADATA_ADDRESSES", "EgressDenied", "EgressPolicy", "host_of"]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Cloud instance-metadata endpoints, refused even though some are not "private" by the RFCs.
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "192.0.0.192", "fd00:ec2::254")
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+class EgressDenied(RhaipoolError):
+    """The policy refuses this request; nothing was sent."""
+
+
+def host_of(url: str) -> str | None:
+    """Lower-case host of an http(s) URL, or None when it has none."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return parts.hostname.lower().rstrip(".")
+
+
+def _parse_allow(entries: tuple[str, ...]) -> tuple[frozenset[str], tuple[IPNetwork, ...]]:
+    names, nets = set(), []
+    for entry in entries:
+        text = entry.strip()
+        try:
+            nets.append(ipaddress.ip_network(text.strip("[]"), strict=False))
+        except ValueError:
+            names.add(text.lower().rstrip("."))
+    return frozenset(names), tuple(nets)
+
+
+def _embedded_v4(ip: IPAddress) -> IPAddress:
+    """The IPv4 address hidden in an IPv4-mapped or NAT64 IPv6 address, else the address itself."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip in _NAT64:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+@dataclass(frozen=True, slots=True)
+class EgressPolicy:
+    """One provider's egress rules; ``address_key`` identifies the connection pool it may share."""
+
+    provider: str
+    hosts: frozenset[str] = frozenset()
+    allow_any_host: bool = False
+    allow_names: frozenset[str] = frozenset()
+    allow_networks: tuple[IPNetwork, ...] = ()
+    max_response_bytes: int = 16 * 1024 * 1024
+    address_key: tuple[frozenset[str], tuple[IPNetwork, ...]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "address_key", (self.allow_names, self.allow_networks))
+
+    @classmethod
+    def build(
+        cls,
+        provider: str,
+        *,
+        urls: tuple[str | None, ...] = (),
+        allowed_hosts: tuple[str, ...] = (),
+        egress_allow: tuple[str, ...] = (),
+        max_response_bytes: int = 16 * 1024 * 1024,
+    ) -> EgressPolicy:
+        """Derive the policy from base URLs plus configuration."""
+        names, nets = _parse_allow(egress_allow)
+        hosts = {h for h in (host_of(u) for u in urls if u) if h}
+        hosts.update(h.lower().rstrip(".") for h in allowed_hosts if h != "*")
+        hosts.update(names)
+        hosts.update(str(n.network_address) for n in nets if n.num_addresses == 1)
+        return cls(provider, frozenset(hosts), "*" in allowed_hosts, names, nets, max_response_bytes)
+
+    def check_url(self, url: str) -> str:
+        """Return the URL's host, or raise EgressDenied when this provider may not call it."""
+        host = host_of(url)
+        if host is None:
+            raise EgressDenied(f"egress refused: {url!r} is not an http(s) URL with a host")
+        if not self.allow_any_host and host.strip("[]") not in {h.strip("[]") for h in self.hosts}:
+            raise EgressDenied(
+                f"egress refused: host {host!r} is not allowed for provider {self.provider!r} "
+                "(allowed: the base_url host, allowed_hosts and egress_allow)"
+            )
+        return host
+
+    def address_allowed(self, host: str, address: str) -> bool:
+        """Whether connecting to ``address`` (resolved from ``host``) is allowed."""
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        if host.lower().rstrip(".") in self.allow_names:
+            return True
+        candidates = (ip, _embedded_v4(ip))
+        if any(c.version == n.version and c in n for c in candidates for n in self.allow_networks):
+            return True
+        if any(c in METADATA_ADDRESSES for c in candidates):
+            return False
+        return candidates[1].is_global
+
+    def check_address(self, host: str, address: str) -> None:
+        """Raise EgressDenied for an address the provider may not reach."""
+        if not self.address_allowed(host, address):
+            raise EgressDenied(
+                f"egress refused: {host!r} resolves to {address}, a loopback/private/link-local/metadata "
+                f"address; list it in [model_providers.{self.provider}] egress_allow to permit it"
+            )

@@ -1,0 +1,254 @@
+"""Provider configuration: the ``[model_providers.<name>]`` tables, discovery and script paths (SPEC §3.1, §3.2).
+
+A config file is read into frozen values; comparing two snapshots by value is what decides whether a
+cached provider is still good, so editing a ``base_url`` reloads the provider and re-reading an
+unchanged file does not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from proto.errors import RhaipoolError
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_PROVIDERS_DIR",
+    "DEFAULT_REQUEST_TIMEOUT_SECS",
+    "ProviderConfigError",
+    "ProviderTable",
+    "ProvidersConfig",
+    "RateLimit",
+    "candidate_names",
+    "load_config",
+    "parse_config",
+    "resolve_script",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_PATH = Path("~/.rhaipool/config.toml")
+DEFAULT_PROVIDERS_DIR = Path("~/.rhaipool/providers")
+DEFAULT_REQUEST_TIMEOUT_SECS = 900.0
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+DEFAULT_RETRY_ATTEMPTS = 4
+DEFAULT_RETRY_BASE_MS = 1000
+#: Keys of a provider table that configure rhaipool itself and never reach ``initialize``.
+OWN_KEYS = frozenset(
+    {"script", "rate_limit", "egress_allow", "allowed_hosts", "env", "allow_env_vars", "max_response_bytes"}
+)
+_DATETIME_KEY = "$__toml_private_datetime"
+
+
+class ProviderConfigError(RhaipoolError):
+    """The configuration file is unreadable or a provider table is invalid."""
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """Both limits are required when the table exists (SPEC §3.2)."""
+
+    requests_per_minute: int
+    tokens_per_minute: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTable:
+    """One ``[model_providers.<name>]`` table, split into what rhaipool uses and what the script gets."""
+
+    name: str
+    script: str | None = None
+    forwarded: tuple[tuple[str, Any], ...] = ()
+    rate_limit: RateLimit | None = None
+    serves: tuple[str, ...] | None = None
+    egress_allow: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    allow_env_vars: tuple[str, ...] = ()
+    max_response_bytes: int | None = None
+
+    @property
+    def base_url(self) -> str | None:
+        """The configured ``base_url``, if a string."""
+        value = dict(self.forwarded).get("base_url")
+        return value if isinstance(value, str) else None
+
+    def init_config(self) -> dict[str, Any]:
+        """What ``initialize(config)`` receives: every key but ``script``, ``rate_limit`` and our own."""
+        return {key: _thaw(value) for key, value in self.forwarded}
+
+
+@dataclass(frozen=True, slots=True)
+class ProvidersConfig:
+    """Everything the provider runtime reads from the config file."""
+
+    providers_dir: Path = DEFAULT_PROVIDERS_DIR
+    providers: tuple[tuple[str, ProviderTable], ...] = ()
+    allow_env_vars: tuple[str, ...] = ()
+    request_timeout_secs: float = DEFAULT_REQUEST_TIMEOUT_SECS
+    retry_attempts: int = DEFAULT_RETRY_ATTEMPTS
+    retry_base_ms: int = DEFAULT_RETRY_BASE_MS
+    exact_token_counting: bool = False
+    model_capabilities: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    tenants: bool = False
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    max_concurrent: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+    def table(self, name: str) -> ProviderTable | None:
+        """The provider's table, or None when the config names no such provider."""
+        return dict(self.providers).get(name)
+
+    def capabilities(self, model: str) -> dict[str, Any]:
+        """The ``[model_capabilities.<model>]`` override, possibly empty."""
+        return dict(dict(self.model_capabilities).get(model, ()))
+
+
+def _freeze(value: Any) -> Any:
+    """Make TOML values hashable and comparable; datetimes get the reference's private marker."""
+    if isinstance(value, dict):
+        return tuple((k, _freeze(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return ("__list__", tuple(_freeze(v) for v in value))
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return ((_DATETIME_KEY, value.isoformat()),)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__list__":
+        return [_thaw(v) for v in value[1]]
+    if isinstance(value, tuple):
+        return {k: _thaw(v) for k, v in value}
+    return value
+
+
+def _str_list(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ProviderConfigError(f"{where} must be an array of strings")
+    return tuple(value)
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ProviderConfigError(f"{where} must be a positive integer")
+    return value
+
+
+def _rate_limit(raw: Any, name: str) -> RateLimit:
+    where = f"[model_providers.{name}.rate_limit]"
+    if not isinstance(raw, dict):
+        raise ProviderConfigError(f"{where} must be a table")
+    for key in ("requests_per_minute", "tokens_per_minute"):
+        if key not in raw:
+            raise ProviderConfigError(f"{where} requires {key}")
+    return RateLimit(
+        _positive_int(raw["requests_per_minute"], f"{where} requests_per_minute"),
+        _positive_int(raw["tokens_per_minute"], f"{where} tokens_per_minute"),
+    )
+
+
+def _table(name: str, raw: Any) -> ProviderTable:
+    where = f"[model_providers.{name}]"
+    if not isinstance(raw, dict):
+        raise ProviderConfigError(f"{where} must be a table")
+    script = raw.get("script")
+    if script is not None and not isinstance(script, str):
+        raise ProviderConfigError(f"{where} script must be a string")
+    env = raw.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ProviderConfigError(f"{where} env must be a table of strings")
+    cap = raw.get("max_response_bytes")
+    return ProviderTable(
+        name=name,
+        script=script,
+        forwarded=tuple((k, _freeze(v)) for k, v in raw.items() if k not in OWN_KEYS),
+        rate_limit=_rate_limit(raw["rate_limit"], name) if "rate_limit" in raw else None,
+        serves=_str_list(raw["serves"], f"{where} serves") if "serves" in raw else None,
+        egress_allow=_str_list(raw.get("egress_allow", []), f"{where} egress_allow"),
+        allowed_hosts=_str_list(raw.get("allowed_hosts", []), f"{where} allowed_hosts"),
+        env=tuple(env.items()),
+        allow_env_vars=_str_list(raw.get("allow_env_vars", []), f"{where} allow_env_vars"),
+        max_response_bytes=_positive_int(cap, f"{where} max_response_bytes") if cap is not None else None,
+    )
+
+
+def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ProviderConfigError(f"[{key}] must be a table")
+    return value
+
+
+def parse_config(data: dict[str, Any], base_dir: Path | None = None) -> ProvidersConfig:
+    """Build a snapshot from parsed TOML; relative ``providers_dir`` is taken from ``base_dir``."""
+    tables = _section(data, "model_providers")
+    limits = _section(data, "limits")
+    pdir = Path(str(data.get("providers_dir", DEFAULT_PROVIDERS_DIR))).expanduser()
+    if not pdir.is_absolute() and base_dir is not None:
+        pdir = base_dir / pdir
+    concurrent = _section(limits, "max_concurrent_inferences_by_provider")
+    timeout = data.get("request_timeout_secs", DEFAULT_REQUEST_TIMEOUT_SECS)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ProviderConfigError("request_timeout_secs must be a positive number")
+    return ProvidersConfig(
+        providers_dir=pdir,
+        providers=tuple((name, _table(name, raw)) for name, raw in tables.items()),
+        allow_env_vars=_str_list(_section(data, "security").get("allow_env_vars", []), "allow_env_vars"),
+        request_timeout_secs=float(timeout),
+        retry_attempts=_positive_int(limits.get("inference_retry_attempts", 4), "inference_retry_attempts"),
+        retry_base_ms=_positive_int(limits.get("inference_retry_base_ms", 1000), "inference_retry_base_ms"),
+        exact_token_counting=limits.get("exact_token_counting", False) is True,
+        model_capabilities=tuple(
+            (model, tuple(caps.items()))
+            for model, caps in _section(data, "model_capabilities").items()
+            if isinstance(caps, dict)
+        ),
+        tenants=bool(data.get("tenants")),
+        max_response_bytes=_positive_int(
+            data.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES), "max_response_bytes"
+        ),
+        max_concurrent=tuple((k, _positive_int(v, k)) for k, v in concurrent.items()),
+    )
+
+
+def load_config(path: Path | None) -> ProvidersConfig:
+    """Read a TOML file; ``None`` means the default path if it exists, else an empty config."""
+    if path is None:
+        path = DEFAULT_CONFIG_PATH.expanduser()
+        if not path.exists():
+            return ProvidersConfig(providers_dir=DEFAULT_PROVIDERS_DIR.expanduser())
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ProviderConfigError(f"cannot read config {path}: {exc}") from exc
+    return parse_config(data, base_dir=path.parent)
+
+
+def resolve_script(providers_dir: Path, name: str, override: str | None = None) -> Path | None:
+    """Where a provider's script lives; None (with a warning) when the path would escape the directory."""
+    if override is not None and Path(override).is_absolute():
+        return Path(override)
+    value = override if override is not None else name
+    if value.endswith(".rhai"):
+        value = value[: -len(".rhai")]
+    parts = PurePosixPath(value.replace("\\", "/")).parts
+    if not parts or ".." in parts or PurePosixPath(value).is_absolute():
+        log.warning("script provider path escapes the providers directory - refusing to load (%s)", value)
+        return None
+    return providers_dir.joinpath(*parts).with_name(parts[-1] + ".rhai")
+
+
+def candidate_names(config: ProvidersConfig) -> list[str]:
+    """Config keys plus ``*.rhai`` stems in the providers directory (an unreadable directory adds none)."""
+    names = {name for name, _ in config.providers}
+    try:
+        names.update(p.stem for p in config.providers_dir.glob("*.rhai") if p.is_file())
+    except OSError:
+        pass
+    return sorted(names)

@@ -1,0 +1,229 @@
+"""Provider failures: the error classes a caller sees and how a thrown value maps onto them (SPEC §3.16).
+
+    ProviderError (RhaipoolError)
+    ├── RateLimitExceeded     transient, capacity schedule
+    ├── RequestFailed         transient (transport, server, ``transient: true``)
+    ├── ApiError              transient only when its text names a capacity/server condition
+    ├── Unavailable           permanent; credits-exhausted / auth-failed / forbidden (fail over)
+    ├── InvalidResponse       permanent
+    ├── TokenLimitExceeded    permanent; the request was never sent
+    └── Other                 permanent (plain throws, Rhai errors, our own limits)
+
+The classification never depends on ``failure_kind``: that label only decorates the message with a
+remedy sentence so a person knows what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from proto.errors import RhaipoolError
+
+__all__ = [
+    "FAILURE_KINDS",
+    "ApiError",
+    "InvalidResponse",
+    "Other",
+    "ProviderError",
+    "RateLimitExceeded",
+    "RequestFailed",
+    "TokenLimitExceeded",
+    "Unavailable",
+    "classify_api_message",
+    "classify_thrown",
+    "decorate",
+    "error_from_dict",
+    "value_text",
+]
+
+#: The ten failure_kind labels and our remedy sentence for each (SPEC §3.16, §0).
+FAILURE_KINDS: dict[str, str] = {
+    "dns-failure": "the host name did not resolve; check base_url and this machine's DNS",
+    "connection-refused": (
+        "nothing accepted the connection; check the provider is running and listening on that port"
+    ),
+    "tls-failure": "the TLS handshake failed; check the certificate, the system clock and any proxy on the way",
+    "timeout": "the provider was reachable but did not answer in time; raise request_timeout_secs if it is slow",
+    "connection-dropped": "the connection closed before the answer was complete; a retry usually gets through",
+    "transport": "the provider could not be reached; check the network path and base_url",
+    "bad-request": "the provider rejected the request itself; compare the body the script builds with the API docs",
+    "not-found": "the endpoint answered 404; check the base_url path and that the model id exists",
+    "server-error": "the provider's own endpoint failed; this may pass on retry",
+    "malformed-response": "the answer could not be parsed; check the script's parsing against what the API returns",
+}
+
+_CREDIT_PHRASES = (
+    "credit balance is too low",
+    "insufficient credits",
+    "requires more credits",
+    "insufficient_quota",
+    "exceeded your current quota",
+    "billing",
+)
+_TRANSIENT_API_PHRASES = (
+    "429",
+    "too many requests",
+    "rate limit",
+    "529",
+    "overloaded",
+    "500",
+    "502",
+    "503",
+    "504",
+    "internal server error",
+    "bad gateway",
+    "service unavailable",
+    "gateway timeout",
+)
+_CAPACITY_API_PHRASES = ("429", "529", "overloaded", "rate limit", "too many requests")
+
+
+class ProviderError(RhaipoolError):
+    """A provider call failed; ``transient`` says whether the retry loop may try again."""
+
+    class_name: ClassVar[str] = "Other"
+    default_transient: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool | None = None,
+        capacity: bool = False,
+        reason: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.transient = self.default_transient if transient is None else transient
+        self.capacity = capacity
+        self.reason = reason
+        self.retry_after = retry_after
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``{"class", "message", "transient"}`` shape of SPEC §4 (``rhaipool infer --json``)."""
+        out: dict[str, Any] = {"class": self.class_name, "message": self.message, "transient": self.transient}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+class RateLimitExceeded(ProviderError):
+    """The provider answered 429 (or the script said ``kind: "rate_limited"``)."""
+
+    class_name = "RateLimitExceeded"
+    default_transient = True
+
+
+class RequestFailed(ProviderError):
+    """Transport or server trouble; retried, and after the last attempt counted as unreachable."""
+
+    class_name = "RequestFailed"
+    default_transient = True
+
+
+class ApiError(ProviderError):
+    """The API refused the request; transient only for capacity and server-side texts."""
+
+    class_name = "ApiError"
+
+
+class Unavailable(ProviderError):
+    """Credits exhausted, key refused or access forbidden: fail over, do not retry."""
+
+    class_name = "Unavailable"
+
+
+class InvalidResponse(ProviderError):
+    """The script's answer has the wrong shape."""
+
+    class_name = "InvalidResponse"
+
+
+class TokenLimitExceeded(ProviderError):
+    """The request would not fit the model's window; it was never sent."""
+
+    class_name = "TokenLimitExceeded"
+
+
+class Other(ProviderError):
+    """Everything else: plain throws, Rhai runtime errors, exceeded sandbox limits."""
+
+    class_name = "Other"
+
+
+_BY_NAME: dict[str, type[ProviderError]] = {
+    cls.class_name: cls
+    for cls in (
+        RateLimitExceeded,
+        RequestFailed,
+        ApiError,
+        Unavailable,
+        InvalidResponse,
+        TokenLimitExceeded,
+        Other,
+    )
+}
+
+
+def error_from_dict(data: dict[str, Any]) -> ProviderError:
+    """Rebuild an error from :meth:`ProviderError.to_dict` (used across process boundaries)."""
+    cls = _BY_NAME.get(str(data.get("class")), Other)
+    return cls(str(data.get("message", "")), transient=bool(data.get("transient", False)))
+
+
+def value_text(value: Any) -> str:
+    """How Rhai would print a thrown non-map value."""
+    if value is None:
+        return "()"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def decorate(message: str, failure_kind: Any) -> str:
+    """Prefix ``[label]`` and append the remedy when ``failure_kind`` is one of the ten labels."""
+    if not isinstance(failure_kind, str) or failure_kind not in FAILURE_KINDS or message.startswith("["):
+        return message
+    return f"[{failure_kind}] {message} - {FAILURE_KINDS[failure_kind]}"
+
+
+def classify_api_message(message: str) -> ProviderError:
+    """An ``api`` error: unavailable for 401/402/403 or credit texts, else ApiError (maybe transient)."""
+    lowered = message.lower()
+    if message.startswith("HTTP 402") or any(p in lowered for p in _CREDIT_PHRASES):
+        return Unavailable(message, reason="credits-exhausted")
+    if message.startswith("HTTP 401"):
+        return Unavailable(message, reason="auth-failed")
+    if message.startswith("HTTP 403"):
+        return Unavailable(message, reason="forbidden")
+    transient = any(p in lowered for p in _TRANSIENT_API_PHRASES)
+    capacity = any(p in lowered for p in _CAPACITY_API_PHRASES)
+    return ApiError(message, transient=transient, capacity=capacity)
+
+
+def classify_thrown(value: Any) -> ProviderError:
+    """Map a value thrown out of a provider script onto an error class (SPEC §3.16)."""
+    if not isinstance(value, dict):
+        return Other(value_text(value))
+    kind = value.get("kind")
+    kind = kind if isinstance(kind, str) and kind else None
+    message = value.get("message")
+    message = message if isinstance(message, str) and message else "provider script error"
+    transient = value.get("transient") is True
+    raw_message = message
+    message = decorate(message, value.get("failure_kind"))
+    if kind == "rate_limited":
+        return RateLimitExceeded(message, capacity=True)
+    if kind in ("transport", "server"):
+        return RequestFailed(message)
+    if kind == "api":
+        err = classify_api_message(raw_message)
+        err.message = message
+        err.args = (message,)
+        return err
+    if kind == "invalid_response":
+        return InvalidResponse(message)
+    if transient:
+        return RequestFailed(message)
+    return Other(message)

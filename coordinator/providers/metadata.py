@@ -1,0 +1,147 @@
+"""``// @key value`` metadata directives of a provider script (SPEC §3.3).
+
+Nothing here can fail a load: unknown keys, bad values and stray lines are ignored, and a bad value
+keeps the default, so a typo in a comment never takes a provider down.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DEFAULT_CONTEXT_TOKENS", "DEFAULT_OUTPUT_TOKENS", "Metadata", "MimeRow", "parse_metadata"]
+
+DEFAULT_CONTEXT_TOKENS = 8192
+DEFAULT_OUTPUT_TOKENS = 4096
+
+_MIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)$")
+_HEX = re.compile(r"^(?:[0-9A-Fa-f]{2})+$")
+
+
+@dataclass(frozen=True, slots=True)
+class MimeRow:
+    """One ``@mime_type`` registry row a provider ships (source ``provider:<name>``)."""
+
+    mime_type: str
+    family: str | None = None
+    text: bool | None = None
+    extensions: tuple[str, ...] = ()
+    magic: bytes | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for ``--json`` outputs."""
+        return {
+            "mime_type": self.mime_type,
+            "family": self.family,
+            "text": self.text,
+            "extensions": list(self.extensions),
+            "magic": self.magic.hex() if self.magic is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """The directives with their defaults."""
+
+    provider: str | None = None
+    description: str = ""
+    default_model: str | None = None
+    max_context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    max_output_tokens: int = DEFAULT_OUTPUT_TOKENS
+    supports_streaming: bool = False
+    input_types: tuple[str, ...] = ("text/*",)
+    output_types: tuple[str, ...] = ("text/*",)
+    mime_types: tuple[MimeRow, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for ``rhaipool validate --json``."""
+        return {
+            "provider": self.provider,
+            "description": self.description,
+            "default_model": self.default_model,
+            "max_context_tokens": self.max_context_tokens,
+            "max_output_tokens": self.max_output_tokens,
+            "supports_streaming": self.supports_streaming,
+            "input_types": list(self.input_types),
+            "output_types": list(self.output_types),
+            "mime_types": [row.to_dict() for row in self.mime_types],
+        }
+
+
+def _uint(text: str) -> int | None:
+    return int(text) if text.isdigit() and text.isascii() else None
+
+
+def _bool(text: str) -> bool | None:
+    return {"true": True, "false": False}.get(text)
+
+
+def _type_list(text: str) -> tuple[str, ...] | None:
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    return items or None
+
+
+def parse_mime_row(value: str) -> MimeRow | None:
+    """``type/subtype k=v ...``; a row without a valid type is dropped, unknown keys ignored."""
+    words = value.split()
+    if not words or not _MIME.match(words[0]):
+        return None
+    fields: dict[str, Any] = {}
+    for word in words[1:]:
+        key, sep, val = word.partition("=")
+        if not sep:
+            continue
+        if key == "family" and val:
+            fields["family"] = val
+        elif key == "text" and _bool(val) is not None:
+            fields["text"] = _bool(val)
+        elif key == "extensions" and val:
+            fields["extensions"] = tuple(e for e in val.split(",") if e)
+        elif key == "magic" and _HEX.match(val):
+            fields["magic"] = bytes.fromhex(val)
+    return MimeRow(words[0].lower(), **fields)
+
+
+def _directives(source: str) -> list[tuple[str, str]]:
+    """Every ``// @key value`` line, anywhere in the file, in order."""
+    out = []
+    for line in source.splitlines():
+        text = line.strip()
+        if not text.startswith("//"):
+            continue
+        text = text[2:].strip()
+        if not text.startswith("@"):
+            continue
+        key, _, value = text[1:].partition(" ")
+        if "\t" in key:
+            key, _, rest = key.partition("\t")
+            value = rest + " " + value
+        out.append((key, value.strip()))
+    return out
+
+
+def parse_metadata(source: str) -> Metadata:
+    """Parse all directives; later duplicates overwrite earlier ones, ``@mime_type`` rows accumulate."""
+    values: dict[str, Any] = {}
+    rows: list[MimeRow] = []
+    for key, value in _directives(source):
+        parsed: Any = None
+        if key in ("provider", "default_model"):
+            parsed = value or None
+        elif key == "description":
+            parsed = value
+        elif key in ("max_context_tokens", "max_output_tokens"):
+            parsed = _uint(value)
+        elif key == "supports_streaming":
+            parsed = _bool(value)
+        elif key in ("input_types", "output_types"):
+            parsed = _type_list(value)
+        elif key == "mime_type":
+            row = parse_mime_row(value)
+            if row is not None:
+                rows.append(row)
+            continue
+        if parsed is not None:
+            values[key] = parsed
+    return Metadata(**values, mime_types=tuple(rows))

@@ -1,0 +1,287 @@
+"""Reading what a provider script returns: responses, stream chunks, usage, finish reasons (SPEC §3.7–§3.11).
+
+Everything here is lenient on purpose, like the reference: a field of the wrong type reads as its
+default instead of failing the call, because a script that forwards an API's reply verbatim should
+keep working when the API adds or changes a field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.providers.failures import InvalidResponse
+from coordinator.providers.parts import Part, parse_parts
+from coordinator.providers.metadata import MimeRow
+
+__all__ = [
+    "Chunk",
+    "Response",
+    "TokenUsage",
+    "ToolCall",
+    "ToolCallDelta",
+    "collapse",
+    "finish_reason",
+    "parse_chunk",
+    "parse_response",
+    "parse_usage",
+    "to_plain",
+    "uint",
+]
+
+_FINISH = {
+    "ToolCall": "ToolCall",
+    "tool_calls": "ToolCall",
+    "tool_use": "ToolCall",
+    "TokenLimit": "TokenLimit",
+    "length": "TokenLimit",
+    "max_tokens": "TokenLimit",
+    "Stop": "Stop",
+    "stop_sequence": "Stop",
+}
+
+
+class Unconvertible(ValueError):
+    """A value with no JSON form (function pointer, custom type...)."""
+
+
+def to_plain(value: Any, depth: int = 0) -> Any:
+    """The JSON form of a script value (SPEC §2.5); a blob becomes a list of byte integers."""
+    if depth > 256:
+        raise Unconvertible("value nested too deeply")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return list(bytes(value))
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise Unconvertible("map key is not a string")
+            out[k] = to_plain(v, depth + 1)
+        return out
+    raise Unconvertible(f"not plain data: {type(value).__name__}")
+
+
+def uint(value: Any) -> int:
+    """A non-negative integer field: anything else (float, negative, string, ()) reads as 0."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return 0
+
+
+def finish_reason(value: Any) -> str:
+    """Case-sensitive mapping of SPEC §3.9; note ``"stop"`` is Complete, not Stop."""
+    return _FINISH.get(value, "Complete") if isinstance(value, str) else "Complete"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """Normalised usage: ``prompt_tokens`` is the fresh part, cache counts subtracted (SPEC §3.8)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``tokens_used`` object of ``rhaipool infer --json``."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cost_usd": self.cost_usd,
+        }
+
+
+def _cost(raw: dict[str, Any]) -> float | None:
+    """``cost_usd`` if the key exists (even as ()), else ``cost``; non-numbers are unknown."""
+    value = raw["cost_usd"] if "cost_usd" in raw else raw.get("cost")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def parse_usage(raw: Any) -> TokenUsage:
+    """Normalise a ``tokens_used`` / chunk ``tokens`` value; a non-map is all zeros."""
+    if not isinstance(raw, dict):
+        return TokenUsage()
+    cached = uint(raw.get("cached_tokens"))
+    write = uint(raw.get("cache_write_tokens"))
+    fresh = max(0, uint(raw.get("prompt_tokens")) - cached - write)
+    completion = uint(raw.get("completion_tokens"))
+    total = max(fresh + cached + write + completion, uint(raw.get("total_tokens")))
+    return TokenUsage(fresh, completion, total, cached, write, _cost(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of a response; ``arguments`` stays exactly what the script returned."""
+
+    id: str
+    name: str
+    arguments: Any
+    thought_signature: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; ``thought_signature`` only when present."""
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.thought_signature is not None:
+            out["thought_signature"] = self.thought_signature
+        return out
+
+
+def _str_or_empty(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _tool_call(item: Any) -> ToolCall:
+    if not isinstance(item, dict):
+        return ToolCall("", "", None)
+    sig = item.get("thought_signature")
+    return ToolCall(
+        _str_or_empty(item.get("id")),
+        _str_or_empty(item.get("name")),
+        item.get("arguments"),
+        sig if isinstance(sig, str) else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A normalised ``inference`` answer."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tokens_used: TokenUsage = field(default_factory=TokenUsage)
+    finish_reason: str = "Complete"
+    parts: list[Part] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The success object of ``rhaipool infer --json`` (SPEC §4)."""
+        return {
+            "content": self.content,
+            "tool_calls": [t.to_dict() for t in self.tool_calls],
+            "tokens_used": self.tokens_used.to_dict(),
+            "finish_reason": self.finish_reason,
+            "parts": [p.to_dict() for p in self.parts],
+        }
+
+
+def parse_response(value: Any, mime_rows: list[MimeRow] | None = None) -> Response:
+    """Read an ``inference`` return value; raise InvalidResponse for unconvertible or non-map values."""
+    try:
+        plain = to_plain(value)
+    except Unconvertible as exc:
+        raise InvalidResponse(f"provider returned an unconvertible value: {exc}") from exc
+    if not isinstance(plain, dict):
+        raise InvalidResponse("`inference` must return a map")
+    calls = plain.get("tool_calls")
+    return Response(
+        content=_str_or_empty(plain.get("content")),
+        tool_calls=[_tool_call(c) for c in calls] if isinstance(calls, list) else [],
+        tokens_used=parse_usage(plain.get("tokens_used")),
+        finish_reason=finish_reason(plain.get("finish_reason")),
+        parts=parse_parts(plain.get("parts"), mime_rows),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a tool call in a stream chunk."""
+
+    index: int = 0
+    id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+    thought_signature: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; optional keys only when present."""
+        out: dict[str, Any] = {"index": self.index, "arguments_delta": self.arguments_delta}
+        for key in ("id", "name", "thought_signature"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One streamed piece: text delta, tool-call deltas, usage and finish reason when known."""
+
+    delta: str = ""
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+    tokens: TokenUsage | None = None
+    finish_reason: str | None = None
+    parts: list[Part] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """One line of ``rhaipool infer --stream --json``."""
+        out: dict[str, Any] = {"delta": self.delta, "tool_calls": [t.to_dict() for t in self.tool_calls]}
+        out["tokens"] = self.tokens.to_dict() if self.tokens is not None else None
+        out["finish_reason"] = self.finish_reason
+        if self.parts:
+            out["parts"] = [p.to_dict() for p in self.parts]
+        return out
+
+
+def _delta(item: Any) -> ToolCallDelta:
+    if not isinstance(item, dict):
+        return ToolCallDelta()
+    index = item.get("index")
+
+    def opt(key: str) -> str | None:
+        v = item.get(key)
+        return v if isinstance(v, str) else None
+
+    return ToolCallDelta(
+        index=index if isinstance(index, int) and not isinstance(index, bool) else 0,
+        id=opt("id"),
+        name=opt("name"),
+        arguments_delta=_str_or_empty(item.get("arguments_delta")),
+        thought_signature=opt("thought_signature"),
+    )
+
+
+def parse_chunk(value: Any, mime_rows: list[MimeRow] | None = None) -> Chunk:
+    """Read a map passed to ``on_chunk.call``; raise InvalidResponse when it has no JSON form."""
+    try:
+        plain = to_plain(value)
+    except Unconvertible as exc:
+        raise InvalidResponse(f"stream chunk is not convertible: {exc}") from exc
+    if not isinstance(plain, dict):
+        raise InvalidResponse("a stream chunk must be a map")
+    calls = plain.get("tool_calls")
+    reason = plain.get("finish_reason")
+    return Chunk(
+        delta=_str_or_empty(plain.get("delta")),
+        tool_calls=[_delta(c) for c in calls] if isinstance(calls, list) else [],
+        tokens=parse_usage(plain["tokens"]) if "tokens" in plain else None,
+        finish_reason=finish_reason(reason) if isinstance(reason, str) else None,
+        parts=parse_parts(plain.get("parts"), mime_rows),
+    )
+
+
+def collapse(response: Response) -> Chunk:
+    """The single chunk a provider without ``stream`` emits (SPEC §3.11)."""
+    deltas = [
+        ToolCallDelta(
+            index=i,
+            id=call.id,
+            name=call.name,
+            arguments_delta=json.dumps(call.arguments, separators=(",", ":"), ensure_ascii=False, sort_keys=True),
+            thought_signature=call.thought_signature,
+        )
+        for i, call in enumerate(response.tool_calls)
+    ]
+    return Chunk(response.content, deltas, response.tokens_used, response.finish_reason, response.parts)

@@ -1,0 +1,64 @@
+"""The retry loop around ``inference`` attempts: which errors retry, how long to wait (SPEC §3.17).
+
+Retrying is safe only because the coordinator performs all egress and re-runs the script from
+scratch; a script must tolerate repeated ``inference`` calls, as the reference requires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from coordinator.providers.clock import Clock, MonotonicClock
+from coordinator.providers.failures import ProviderError
+
+__all__ = ["MAX_TOTAL_SLEEP_SECS", "RetryPolicy", "delay_after", "run_with_retries"]
+
+MAX_TOTAL_SLEEP_SECS = 300.0
+_CAPACITY_BASE_SECS = 15.0
+_CAPACITY_CAP_SECS = 60.0
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """``[limits] inference_retry_attempts`` (first attempt included) and ``inference_retry_base_ms``."""
+
+    attempts: int = 4
+    base_ms: int = 1000
+
+
+def delay_after(error: ProviderError, attempt: int, policy: RetryPolicy) -> float:
+    """Delay after failed attempt ``attempt`` (1-based), before the 300 s total clip."""
+    if error.capacity:
+        if error.retry_after is not None:
+            return min(error.retry_after, _CAPACITY_CAP_SECS)
+        return min(_CAPACITY_BASE_SECS * 2 ** (attempt - 1), _CAPACITY_CAP_SECS)
+    return policy.base_ms / 1000.0 * 2 ** (attempt - 1)
+
+
+async def run_with_retries(
+    attempt_fn: Callable[[int], Awaitable[T]],
+    policy: RetryPolicy,
+    clock: Clock | None = None,
+    on_retry: Callable[[ProviderError, float], None] | None = None,
+) -> T:
+    """Call ``attempt_fn(n)`` until it succeeds, fails permanently, or the attempts run out."""
+    clock = clock or MonotonicClock()
+    slept = 0.0
+    attempt = 1
+    while True:
+        try:
+            return await attempt_fn(attempt)
+        except ProviderError as err:
+            if not err.transient or attempt >= policy.attempts:
+                raise
+            delay = min(delay_after(err, attempt, policy), MAX_TOTAL_SLEEP_SECS - slept)
+            if on_retry is not None:
+                on_retry(err, delay)
+            if delay > 0:
+                await clock.sleep(delay)
+                slept += delay
+            attempt += 1

@@ -1,0 +1,133 @@
+"""The seam between the region runtime and whatever runs a hook (SPEC §1.4, §1.5).
+
+The runtime never calls the pool directly: it asks a ``HookRunner`` for an
+outcome and builds the exact ``ctx`` shapes the reference hands its hooks.
+Every failure a runner can meet -- a throw, a limit, a deadline, a lost
+worker -- arrives as a ``HookOutcome`` with ``ok=False``: the runtime treats
+them all like a hook that threw (SPEC §0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from coordinator.regions.model import Entry, to_rhai_json
+
+__all__ = [
+    "HookOutcome",
+    "HookRunner",
+    "RegionState",
+    "RenderMeta",
+    "ScriptInfo",
+    "on_overflow_ctx",
+    "on_write_ctx",
+    "render_ctx",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptInfo:
+    """Identity of a loaded region script, as named in warnings."""
+
+    path: str
+    sha256: str
+    has_on_write: bool
+    has_on_overflow: bool
+
+    @property
+    def short_hash(self) -> str:
+        """The first 12 hex digits: enough to tell two versions apart in a log."""
+        return self.sha256[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class HookOutcome:
+    """One hook call's result: a JSON value, or the cause of its failure."""
+
+    ok: bool
+    value: Any = None
+    cause: str = ""
+
+    @classmethod
+    def success(cls, value: Any) -> HookOutcome:
+        """A hook that returned ``value`` (already plain JSON)."""
+        return cls(True, value)
+
+    @classmethod
+    def failure(cls, cause: str) -> HookOutcome:
+        """A hook that threw, hit a limit, missed its deadline or lost its worker."""
+        return cls(False, None, cause)
+
+
+class HookRunner(Protocol):
+    """Runs one hook of one loaded region script."""
+
+    @property
+    def script(self) -> ScriptInfo:
+        """The script this runner calls."""
+        ...
+
+    async def run_hook(self, hook: str, ctx: dict[str, Any]) -> HookOutcome:
+        """Call ``hook(ctx)``; never raises for anything the script did."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RenderMeta:
+    """Live-run facts a render sees (§1.5); the defaults are a plain ``assemble()``."""
+
+    stage_name: str = ""
+    stage_iterations: int = 0
+    model: str = ""
+    window_total_tokens: int = 0
+    window_max_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RegionState:
+    """The ``ctx.region`` sub-object, computed before the operation."""
+
+    name: str
+    budget: int
+    current_tokens: int
+    entry_count: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{name, budget, current_tokens, entry_count}``."""
+        return {
+            "name": self.name,
+            "budget": self.budget,
+            "current_tokens": self.current_tokens,
+            "entry_count": self.entry_count,
+        }
+
+
+def render_ctx(region: RegionState, entries: Sequence[Entry], meta: RenderMeta) -> dict[str, Any]:
+    """The ``render(ctx)`` argument."""
+    return {
+        "region": region.to_json(),
+        "entries": [to_rhai_json(entry.to_ctx()) for entry in entries],
+        "stage_name": meta.stage_name,
+        "stage_iterations": meta.stage_iterations,
+        "model": meta.model,
+        "window": {"total_tokens": meta.window_total_tokens, "max_tokens": meta.window_max_tokens},
+    }
+
+
+def on_write_ctx(region: RegionState, entry: Entry) -> dict[str, Any]:
+    """The ``on_write(ctx)`` argument: no key, no stage and no window fields (R7)."""
+    return {
+        "region": region.to_json(),
+        "entry": {"content": entry.content, "kind": entry.kind, "tokens": entry.tokens},
+    }
+
+
+def on_overflow_ctx(region: RegionState, entries: Sequence[Entry], needed_tokens: int) -> dict[str, Any]:
+    """The ``on_overflow(ctx)`` argument."""
+    return {
+        "region": region.to_json(),
+        "entries": [to_rhai_json(entry.to_ctx()) for entry in entries],
+        "needed_tokens": needed_tokens,
+    }

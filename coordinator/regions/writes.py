@@ -1,0 +1,78 @@
+"""What an ``on_write`` answer means (SPEC §1.8) and the write-time budget rule (§1.9 A).
+
+Pure decisions only; the runtime performs them.  The decision type has room
+for a reject reason (§1.12) so the later upstream semantics can be added
+without changing the shape of a write report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from coordinator.regions.tokens import estimate_tokens
+
+__all__ = [
+    "BudgetExceeded",
+    "RegionFull",
+    "WriteDecision",
+    "interpret_on_write",
+    "over_budget",
+]
+
+WriteAction = Literal["accept", "replace", "drop"]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteDecision:
+    """What to do with one entry headed into a region.
+
+    ``warning`` is set when the hook answered with something the contract does
+    not define (it is then accepted unchanged).  ``reason`` is reserved for a
+    future reject-with-reason answer (§1.12) and is always ``None`` today.
+    """
+
+    action: WriteAction
+    content: str | None = None
+    tokens: int | None = None
+    warning: str | None = None
+    reason: str | None = None
+
+
+def interpret_on_write(value: Any) -> WriteDecision:
+    """Map the hook's return value (plain JSON) to a decision.
+
+    A string replaces the content, re-estimated at ``ceil(bytes / 4)`` (so
+    ``""`` stores 0 tokens); ``true`` or ``()`` accepts; ``false`` silently
+    drops; anything else accepts unchanged with a warning.
+    """
+    if isinstance(value, str):
+        return WriteDecision("replace", value, estimate_tokens(value))
+    if value is True or value is None:
+        return WriteDecision("accept")
+    if value is False:
+        return WriteDecision("drop")
+    kind = type(value).__name__
+    return WriteDecision("accept", warning=f"on_write returned a value of type {kind}; accepted unchanged")
+
+
+class BudgetExceeded(Exception):
+    """``TokenBudgetExceeded``: the entry does not fit the region's own budget."""
+
+    def __init__(self, used: int, budget: int) -> None:
+        super().__init__(f"Content exceeds token budget: {used} > {budget}")
+        self.used = used
+        self.budget = budget
+
+
+class RegionFull(Exception):
+    """``RegionFull``: a non-empty ``admission = "reject"`` region refused a write."""
+
+    def __init__(self, name: str, used: int, budget: int) -> None:
+        super().__init__(f"Region '{name}' is full: {used} > {budget} (admission = \"reject\")")
+        self.name = name
+
+
+def over_budget(current: int, incoming: int, budget: int) -> int:
+    """Tokens missing for the write to fit; 0 when it fits (``current + incoming <= budget``)."""
+    return max(0, current + incoming - budget)

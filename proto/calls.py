@@ -1,0 +1,208 @@
+"""Script invocation family: CALL, RESULT, ERROR, CHUNK, CANCEL, CREDIT.
+
+A CALL with ``op="load"`` compiles and describes a script; ``op="call"`` runs one
+function; ``op="stream"`` runs one function with a chunk emitter appended to its
+arguments.  Every CALL ends in exactly one RESULT or ERROR carrying its ``id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from proto import schema as s
+from proto.commands import Command
+from proto.errors import MalformedMessage
+
+__all__ = ["ERROR_CLASSES", "KINDS", "OPS", "Call", "Cancel", "Chunk", "Credit", "Error", "Result"]
+
+KINDS: Final = frozenset({"region", "provider"})
+OPS: Final = frozenset({"load", "call", "stream"})
+ERROR_CLASSES: Final = frozenset(
+    {
+        "CompileError",  # load: the source does not compile (line, column set)
+        "ScriptError",  # runtime error or throw (value set for throw)
+        "LimitExceeded",  # operations, data size, call depth (limit set)
+        "ScriptTimeout",  # the in-engine wall-clock deadline passed
+        "Cancelled",  # the call was cancelled by CANCEL or SHUTDOWN
+        "ScriptMissing",  # CALL without source for a script this worker does not hold
+        "InvalidValue",  # an argument or the return value has no wire form
+        "Internal",  # a bug in the worker; the coordinator treats it as a crash
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """C→W: run ``fn`` of script ``sha`` (source included only when the worker lacks it)."""
+
+    COMMAND: ClassVar[Command] = Command.CALL
+    id: int
+    op: str
+    kind: str
+    sha: str
+    fn: str
+    args: list[Any]
+    timeout: float | None
+    tenant: str
+    name: str = "<script>"
+    source: str | None = None
+    window: int = 16
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "op": self.op,
+            "kind": self.kind,
+            "sha": self.sha,
+            "fn": self.fn,
+            "args": self.args,
+            "timeout": self.timeout,
+            "tenant": self.tenant,
+            "name": self.name,
+            "source": self.source,
+            "window": self.window,
+        }
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Call:
+        op, kind, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
+        if op not in OPS or kind not in KINDS:
+            raise MalformedMessage(f"unknown op {op!r} or kind {kind!r}")
+        if len(sha) != 64:
+            raise MalformedMessage("field 'sha' must be 64 hex digits")
+        timeout = s.opt_float(body, "timeout")
+        if timeout is not None and not timeout > 0:
+            raise MalformedMessage("field 'timeout' must be positive")
+        window = s.req_int(body, "window")
+        if not 1 <= window <= 1024:
+            raise MalformedMessage("field 'window' must be in 1..1024")
+        return cls(
+            s.req_id(body), op, kind, sha, s.req_str(body, "fn"), s.req_list(body, "args"), timeout,
+            s.req_str(body, "tenant"), s.req_str(body, "name"), s.opt_str(body, "source"), window,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """W→C: the call's value and what it cost (seconds, bytes, Rhai operations)."""
+
+    COMMAND: ClassVar[Command] = Command.RESULT
+    id: int
+    value: Any
+    wall: float = 0.0
+    cpu: float = 0.0
+    peak_rss: int = 0
+    ops: int = 0
+    output: list[str] = field(default_factory=list)
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "value": self.value,
+            "wall": self.wall,
+            "cpu": self.cpu,
+            "peak_rss": self.peak_rss,
+            "ops": self.ops,
+            "output": self.output,
+        }
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Result:
+        output = s.req_list(body, "output")
+        if any(type(line) is not str for line in output):
+            raise MalformedMessage("field 'output' must be an array of str")
+        return cls(
+            s.req_id(body), s.any_value(body, "value"), s.req_float(body, "wall"), s.req_float(body, "cpu"),
+            s.req_int(body, "peak_rss"), s.req_int(body, "ops"), output,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """W→C: the call failed; ``cls`` is one of ``ERROR_CLASSES``, ``kind`` the Rhai class name."""
+
+    COMMAND: ClassVar[Command] = Command.ERROR
+    id: int
+    cls: str
+    message: str
+    kind: str = ""
+    line: int | None = None
+    column: int | None = None
+    value: Any = None
+    limit: str | None = None
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "cls": self.cls,
+            "message": self.message,
+            "kind": self.kind,
+            "line": self.line,
+            "column": self.column,
+            "value": self.value,
+            "limit": self.limit,
+        }
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Error:
+        error_cls = s.req_str(body, "cls")
+        if error_cls not in ERROR_CLASSES:
+            raise MalformedMessage(f"unknown error class {error_cls!r}")
+        return cls(
+            s.req_id(body), error_cls, s.req_str(body, "message"), s.req_str(body, "kind"),
+            s.opt_int(body, "line"), s.opt_int(body, "column"), s.any_value(body, "value"), s.opt_str(body, "limit"),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """W→C: one streamed value of call ``id``; ``seq`` counts from 0 without gaps."""
+
+    COMMAND: ClassVar[Command] = Command.CHUNK
+    id: int
+    seq: int
+    value: Any
+
+    def to_body(self) -> dict[str, Any]:
+        return {"id": self.id, "seq": self.seq, "value": self.value}
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Chunk:
+        return cls(s.req_id(body), s.req_id(body, "seq"), s.any_value(body, "value"))
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """C→W: stop call ``id``; the worker answers with ERROR ``Cancelled`` (or its result if it won the race)."""
+
+    COMMAND: ClassVar[Command] = Command.CANCEL
+    id: int
+
+    def to_body(self) -> dict[str, Any]:
+        return {"id": self.id}
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Cancel:
+        return cls(s.req_id(body))
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """Either way: the receiver consumed ``n`` chunks of stream ``(id, hid)``; ``hid`` 0 is the call's output."""
+
+    COMMAND: ClassVar[Command] = Command.CREDIT
+    id: int
+    hid: int
+    n: int
+
+    def to_body(self) -> dict[str, Any]:
+        return {"id": self.id, "hid": self.hid, "n": self.n}
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Credit:
+        n = s.req_int(body, "n")
+        if not 1 <= n <= 1024:
+            raise MalformedMessage("field 'n' must be in 1..1024")
+        return cls(s.req_id(body), s.req_id(body, "hid"), n)

@@ -1,0 +1,62 @@
+"""rhai-python: run Rhai scripts from Python with the real ``rhai`` engine.
+
+Built for untrusted scripts: every limit is explicit, ``eval``/``import`` do not
+compile, ``sleep`` respects deadlines, output is captured, and a running script
+can be stopped by a timeout or a ``CancelToken`` from inside the engine.
+"""
+
+from __future__ import annotations
+
+from rhai._rhai import (
+    RHAI_VERSION,
+    CallResult,
+    Callback,
+    CancelToken,
+    Engine,
+    FnPtr,
+    Script,
+    __version__,
+    current_call_remaining,
+    parse_json,
+    to_json,
+)
+from rhai.errors import (
+    CallDepthExceeded,
+    Cancelled,
+    CompileError,
+    DataTooLarge,
+    DeadlineExceeded,
+    FunctionNotFound,
+    LimitExceeded,
+    RhaiError,
+    ScriptError,
+    ScriptThrow,
+    Throw,
+    TooManyOperations,
+)
+
+__all__ = [
+    "RHAI_VERSION",
+    "CallDepthExceeded",
+    "CallResult",
+    "Callback",
+    "CancelToken",
+    "Cancelled",
+    "CompileError",
+    "DataTooLarge",
+    "DeadlineExceeded",
+    "Engine",
+    "FnPtr",
+    "FunctionNotFound",
+    "LimitExceeded",
+    "RhaiError",
+    "Script",
+    "ScriptError",
+    "ScriptThrow",
+    "Throw",
+    "TooManyOperations",
+    "__version__",
+    "current_call_remaining",
+    "parse_json",
+    "to_json",
+]

@@ -1,0 +1,241 @@
+//! `Engine`: one hardened configuration, built from explicit limits.
+//!
+//! Every limit is set explicitly so debug and release builds behave the same
+//! (Rhai's defaults differ between them). Built in and not optional: no module
+//! resolver and `eval`/`import`/`export` rejected at compile time; `print`/`debug`
+//! captured per call; `sleep` bounded by the call's deadline; correct `to_json`
+//! and `parse_json`. Python functions registered later rebuild the engine; a
+//! `Script` keeps the engine it was compiled with.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use rhai::module_resolvers::DummyModuleResolver;
+use rhai::packages::{Package, StandardPackage};
+use rhai::{Dynamic, EvalAltResult, ImmutableString, Map, NativeCallContext, Position, Shared};
+
+use crate::context::{self, TOKEN_CANCELLED};
+use crate::{errors, host, json, script};
+
+#[derive(Clone)]
+struct Limits {
+    max_operations: u64,
+    max_call_levels: usize,
+    max_expr_depth: usize,
+    max_function_expr_depth: usize,
+    max_string_size: usize,
+    max_array_size: usize,
+    max_map_size: usize,
+    max_variables: usize,
+    max_functions: usize,
+}
+
+struct Registered {
+    name: String,
+    func: Arc<Py<PyAny>>,
+    arities: Vec<usize>,
+}
+
+/// A Rhai engine configured for untrusted scripts.
+#[pyclass(frozen, module = "rhai")]
+pub struct Engine {
+    limits: Limits,
+    output_limit: usize,
+    json_functions: bool,
+    functions: Mutex<Vec<Registered>>,
+    built: Mutex<Option<Arc<rhai::Engine>>>,
+}
+
+fn std_package() -> Shared<rhai::Module> {
+    static PKG: OnceLock<Shared<rhai::Module>> = OnceLock::new();
+    PKG.get_or_init(|| StandardPackage::new().as_shared_module()).clone()
+}
+
+fn lock_err<T>(_: T) -> PyErr {
+    PyRuntimeError::new_err("engine lock poisoned")
+}
+
+#[pymethods]
+impl Engine {
+    #[new]
+    #[pyo3(signature = (*, max_operations=500_000, max_call_levels=64, max_expr_depth=128,
+        max_function_expr_depth=128, max_string_size=1_000_000, max_array_size=10_000,
+        max_map_size=10_000, max_variables=10_000, max_functions=1_000, output_limit=65_536,
+        json_functions=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        max_operations: u64,
+        max_call_levels: usize,
+        max_expr_depth: usize,
+        max_function_expr_depth: usize,
+        max_string_size: usize,
+        max_array_size: usize,
+        max_map_size: usize,
+        max_variables: usize,
+        max_functions: usize,
+        output_limit: usize,
+        json_functions: bool,
+    ) -> PyResult<Self> {
+        let limits = Limits {
+            max_operations,
+            max_call_levels,
+            max_expr_depth,
+            max_function_expr_depth,
+            max_string_size,
+            max_array_size,
+            max_map_size,
+            max_variables,
+            max_functions,
+        };
+        let all = [
+            max_operations,
+            max_call_levels as u64,
+            max_expr_depth as u64,
+            max_function_expr_depth as u64,
+            max_string_size as u64,
+            max_array_size as u64,
+            max_map_size as u64,
+            max_variables as u64,
+            max_functions as u64,
+        ];
+        if all.contains(&0) {
+            return Err(PyValueError::new_err("every limit must be a positive integer (0 would mean unlimited or none)"));
+        }
+        Ok(Self {
+            limits,
+            output_limit,
+            json_functions,
+            functions: Mutex::new(Vec::new()),
+            built: Mutex::new(None),
+        })
+    }
+
+    /// Registers a Python callable as a script function at every arity it accepts (<= 8).
+    fn register_fn(&self, py: Python<'_>, name: &str, func: Bound<'_, PyAny>) -> PyResult<()> {
+        if !func.is_callable() {
+            return Err(PyValueError::new_err("register_fn needs a callable"));
+        }
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(PyValueError::new_err(format!("{name:?} is not a valid script function name")));
+        }
+        let arities: Vec<usize> = py.import("rhai._arity")?.getattr("arities")?.call1((&func,))?.extract()?;
+        let mut fns = self.functions.lock().map_err(lock_err)?;
+        fns.retain(|r| r.name != name);
+        fns.push(Registered { name: name.to_string(), func: Arc::new(func.unbind()), arities });
+        *self.built.lock().map_err(lock_err)? = None;
+        Ok(())
+    }
+
+    /// Compiles `source`; raises `CompileError` with line and column.
+    #[pyo3(signature = (source, name="<script>"))]
+    fn compile(&self, py: Python<'_>, source: &str, name: &str) -> PyResult<script::Script> {
+        let engine = self.engine()?;
+        let compiled = py.detach(|| engine.compile(source));
+        match compiled {
+            Ok(mut ast) => {
+                ast.set_source(name);
+                Ok(script::Script::new(engine, ast, name.to_string(), self.output_limit))
+            }
+            Err(e) => Err(errors::compile_error(py, &e, name)),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Engine(max_operations={})", self.limits.max_operations)
+    }
+}
+
+impl Engine {
+    fn engine(&self) -> PyResult<Arc<rhai::Engine>> {
+        let mut built = self.built.lock().map_err(lock_err)?;
+        if let Some(e) = built.as_ref() {
+            return Ok(e.clone());
+        }
+        let mut e = build(&self.limits, self.json_functions);
+        for r in self.functions.lock().map_err(lock_err)?.iter() {
+            host::register(&mut e, &r.name, &r.func, &r.arities);
+        }
+        let e = Arc::new(e);
+        *built = Some(e.clone());
+        Ok(e)
+    }
+}
+
+fn build(l: &Limits, json_functions: bool) -> rhai::Engine {
+    let mut e = rhai::Engine::new_raw();
+    e.register_global_module(std_package());
+    e.set_module_resolver(DummyModuleResolver::new());
+    for kw in ["eval", "import", "export"] {
+        e.disable_symbol(kw);
+    }
+    e.set_max_operations(l.max_operations)
+        .set_max_call_levels(l.max_call_levels)
+        .set_max_expr_depths(l.max_expr_depth, l.max_function_expr_depth)
+        .set_max_string_size(l.max_string_size)
+        .set_max_array_size(l.max_array_size)
+        .set_max_map_size(l.max_map_size)
+        .set_max_variables(l.max_variables)
+        .set_max_functions(l.max_functions)
+        .set_max_modules(0);
+    e.on_progress(context::on_progress);
+    e.on_print(|s| {
+        context::with_top(|st| st.record_output(s));
+    });
+    e.on_debug(|s, _src, _pos| {
+        context::with_top(|st| st.record_output(s));
+    });
+    e.register_fn("sleep", |ctx: NativeCallContext, secs: rhai::INT| bounded_sleep(&ctx, secs as f64));
+    e.register_fn("sleep", |ctx: NativeCallContext, secs: rhai::FLOAT| bounded_sleep(&ctx, secs));
+    register_json(&mut e, json_functions);
+    e
+}
+
+fn to_json_fn(ctx: &NativeCallContext, v: &Dynamic) -> Result<ImmutableString, Box<EvalAltResult>> {
+    let _ = ctx;
+    json::dump(v).map(Into::into).map_err(|m| format!("to_json: {m}").into())
+}
+
+fn not_found(name: &str, pos: Position) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorFunctionNotFound(name.to_string(), pos))
+}
+
+/// Correct JSON functions; with `json_functions=False` (region hooks) only the
+/// map method stays (Rhai has it built in, now with correct escaping).
+fn register_json(e: &mut rhai::Engine, full: bool) {
+    e.register_fn("to_json", |ctx: NativeCallContext, m: Map| to_json_fn(&ctx, &Dynamic::from_map(m)));
+    if full {
+        e.register_fn("to_json", |ctx: NativeCallContext, v: Dynamic| to_json_fn(&ctx, &v));
+        e.register_fn("parse_json", |ctx: NativeCallContext, text: ImmutableString| {
+            let _ = ctx;
+            json::load(&text).map_err(|m| -> Box<EvalAltResult> { format!("parse_json: {m}").into() })
+        });
+    } else {
+        e.register_fn("to_json", |ctx: NativeCallContext, _v: Dynamic| -> Result<Dynamic, Box<EvalAltResult>> {
+            Err(not_found("to_json", ctx.call_position()))
+        });
+        e.register_fn("parse_json", |ctx: NativeCallContext, _t: ImmutableString| -> Result<Dynamic, Box<EvalAltResult>> {
+            Err(not_found("parse_json (string)", ctx.call_position()))
+        });
+    }
+}
+
+/// `sleep` that never outlives the call's deadline and wakes on cancellation.
+fn bounded_sleep(ctx: &NativeCallContext, secs: f64) -> Result<(), Box<EvalAltResult>> {
+    if !secs.is_finite() || secs <= 0.0 {
+        return Ok(());
+    }
+    let end = Instant::now() + Duration::from_secs_f64(secs.min(1e9));
+    loop {
+        if let Some(reason) = context::with_top(context::CallState::stop_reason).flatten() {
+            let token = if reason == TOKEN_CANCELLED { TOKEN_CANCELLED } else { context::TOKEN_DEADLINE };
+            return Err(Box::new(EvalAltResult::ErrorTerminated(Dynamic::from(token), ctx.call_position())));
+        }
+        let now = Instant::now();
+        if now >= end {
+            return Ok(());
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(5)));
+    }
+}

@@ -1,0 +1,33 @@
+//! rhai-python: the real Rhai engine for Python, hardened for untrusted scripts.
+//!
+//! This file only declares modules and the `#[pymodule]`; logic lives in
+//! `engine.rs` (engine set-up), `script.rs` (calls), `context.rs` (per-call state),
+//! `convert.rs` (values), `json.rs` (JSON), `host.rs` (Python callables) and
+//! `errors.rs` (the exception mapping).
+
+mod context;
+mod convert;
+mod engine;
+mod errors;
+mod host;
+mod json;
+mod script;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    context::remember_main_thread();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("RHAI_VERSION", "1.26.0")?;
+    m.add_class::<engine::Engine>()?;
+    m.add_class::<script::Script>()?;
+    m.add_class::<script::CallResult>()?;
+    m.add_class::<context::CancelToken>()?;
+    m.add_class::<host::Callback>()?;
+    m.add_class::<host::FnPtr>()?;
+    m.add_function(wrap_pyfunction!(context::current_call_remaining, m)?)?;
+    m.add_function(wrap_pyfunction!(json::to_json, m)?)?;
+    m.add_function(wrap_pyfunction!(json::parse_json, m)?)?;
+    Ok(())
+}

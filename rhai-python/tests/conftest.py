@@ -1,0 +1,30 @@
+"""Shared fixtures: engines configured like the worker's (SPEC §2.1 budgets)."""
+
+from __future__ import annotations
+
+import pytest
+
+import rhai
+
+
+@pytest.fixture
+def engine() -> rhai.Engine:
+    """A provider-sized engine with the JSON functions."""
+    return rhai.Engine(
+        max_operations=500_000,
+        max_call_levels=64,
+        max_expr_depth=128,
+        max_function_expr_depth=128,
+        max_string_size=2_000_000,
+        max_array_size=50_000,
+        max_map_size=50_000,
+        max_variables=10_000,
+        max_functions=1_000,
+    )
+
+
+def run(engine: rhai.Engine, body: str, *args: object, timeout: float | None = 5.0) -> object:
+    """Compile ``fn main(...) { body }`` and call it."""
+    params = ", ".join(f"a{i}" for i in range(len(args)))
+    script = engine.compile(f"fn main({params}) {{ {body} }}", name="t.rhai")
+    return script.call("main", *args, timeout=timeout)

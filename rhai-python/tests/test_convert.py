@@ -1,0 +1,121 @@
+"""Values between Python and Rhai (SPEC §2.5 and the binding's own rules)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rhai
+
+ECHO = rhai.Engine(max_string_size=10**7, max_array_size=10**6, max_map_size=10**6).compile("fn f(x) { x }")
+
+
+def echo(value: object) -> object:
+    return ECHO.call("f", value)
+
+
+@pytest.mark.parametrize("value", [None, True, False, 0, -1, 2**63 - 1, -(2**63), 1.5, "", "héllo\u202f", b"\x00\xff"])
+def test_scalars_round_trip(value: object) -> None:
+    out = echo(value)
+    assert out == value
+    assert type(out) is type(value)
+
+
+def test_true_and_one_stay_apart() -> None:
+    assert echo([True, 1]) == [True, 1]
+    assert [type(x) for x in echo([True, 1])] == [bool, int]  # type: ignore[union-attr]
+
+
+def test_tuple_becomes_list() -> None:
+    assert echo((1, "a")) == [1, "a"]
+
+
+def test_bytearray_and_memoryview_become_bytes() -> None:
+    assert echo(bytearray(b"ab")) == b"ab"
+    assert echo(memoryview(b"cd")) == b"cd"
+
+
+def test_maps_come_back_key_sorted() -> None:
+    out = echo({"b": 1, "a": 2, "é": 3, "A": 4})
+    assert list(out) == ["A", "a", "b", "é"]  # type: ignore[call-overload]
+
+
+def test_int_overflow_names_the_path() -> None:
+    with pytest.raises(OverflowError, match=r"args\[0\]\[\"amount\"\]"):
+        echo({"amount": 2**63})
+    with pytest.raises(OverflowError):
+        echo(-(2**63) - 1)
+
+
+def test_non_str_keys_are_a_type_error() -> None:
+    with pytest.raises(TypeError, match=r"args\[0\]\[1\].*keys must be str"):
+        echo([0, {1: "x"}])
+
+
+def test_unknown_objects_are_a_type_error() -> None:
+    with pytest.raises(TypeError, match="set"):
+        echo({1, 2})
+
+
+def nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_nesting_limit() -> None:
+    assert echo(nested(64)) == nested(64)
+    with pytest.raises(ValueError, match="deeper than 64"):
+        echo(nested(65))
+
+
+def test_script_nesting_beyond_limit_on_the_way_out() -> None:
+    engine = rhai.Engine()
+    script = engine.compile("fn f() { let a = 1; for i in 0..70 { a = [a]; } a }")
+    with pytest.raises(ValueError, match="deeper than 64"):
+        script.call("f")
+
+
+def test_char_becomes_str() -> None:
+    engine = rhai.Engine()
+    assert engine.compile("fn f() { 'x' }").call("f") == "x"
+
+
+def test_float_specials() -> None:
+    assert math.isnan(echo(float("nan")))  # type: ignore[arg-type]
+    assert echo(float("inf")) == float("inf")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_round_trip_property(value: object) -> None:
+    assert echo(value) == value
+
+
+finite_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(finite_json_values)
+def test_json_matches_python_json_module(value: object) -> None:
+    import json
+
+    text = rhai.to_json(value)
+    assert json.loads(text) == value
+    assert rhai.parse_json(text) == value

@@ -1,0 +1,155 @@
+"""The hardened Rhai engines, one per script kind, and the one place rhai errors are caught.
+
+Every rhai exception (and every exception a host function lets escape) is
+translated here into a ``ScriptFailure`` whose fields are those of the wire's
+ERROR message, so nothing above this module needs to know rhai's classes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import rhai
+
+from worker.functions import functions_for
+
+__all__ = ["BUDGETS", "CallAborted", "Compiled", "Engines", "Outcome", "ScriptFailure", "translate"]
+
+BUDGETS: Final[Mapping[str, Mapping[str, int]]] = {
+    "region": {
+        "max_operations": 100_000,
+        "max_string_size": 1_000_000,
+        "max_array_size": 10_000,
+        "max_map_size": 10_000,
+        "max_call_levels": 64,
+        "max_expr_depth": 128,
+        "max_function_expr_depth": 128,
+    },
+    "provider": {
+        "max_operations": 500_000,
+        "max_string_size": 2_000_000,
+        "max_array_size": 50_000,
+        "max_map_size": 50_000,
+        "max_call_levels": 64,
+        "max_expr_depth": 128,
+        "max_function_expr_depth": 128,
+    },
+}
+"""SPEC §2.1 budgets per script kind; the only engine configuration the worker uses."""
+
+OUTPUT_LIMIT: Final = 65_536
+
+
+class CallAborted(Exception):
+    """Raised by a host function when its call was cancelled; ends the script as ``Cancelled``."""
+
+
+class ScriptFailure(Exception):
+    """A failed compile or call, already in the shape of a wire ERROR message."""
+
+    def __init__(
+        self,
+        cls: str,
+        message: str,
+        *,
+        kind: str = "",
+        line: int | None = None,
+        column: int | None = None,
+        value: Any = None,
+        limit: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.cls, self.message, self.kind = cls, message, kind
+        self.line, self.column, self.value, self.limit = line, column, value, limit
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A compiled script and its public functions as ``(name, arity)`` pairs."""
+
+    script: rhai.Script
+    functions: list[tuple[str, int]]
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A finished call: value plus cost (seconds of wall and thread CPU time, Rhai operations)."""
+
+    value: Any
+    wall: float
+    cpu: float
+    ops: int
+    output: list[str] = field(default_factory=list)
+
+
+_LIMIT_NAMES: Final = (
+    (rhai.TooManyOperations, "operations"),
+    (rhai.DataTooLarge, "data_size"),
+    (rhai.CallDepthExceeded, "call_depth"),
+)
+
+
+def translate(exc: BaseException) -> ScriptFailure:
+    """Map any exception from compile or call to a ``ScriptFailure`` (exhaustive over rhai's tree)."""
+    if isinstance(exc, rhai.RhaiError):
+        where = {"kind": type(exc).__name__, "line": exc.line, "column": exc.column}
+        if isinstance(exc, rhai.CompileError):
+            return ScriptFailure("CompileError", exc.message, **where)
+        if isinstance(exc, rhai.ScriptThrow):
+            return ScriptFailure("ScriptError", exc.message, value=exc.value, **where)
+        if isinstance(exc, rhai.DeadlineExceeded):
+            return ScriptFailure("ScriptTimeout", exc.message, limit="deadline", **where)
+        if isinstance(exc, rhai.LimitExceeded):
+            limit = next((name for cls, name in _LIMIT_NAMES if isinstance(exc, cls)), "limit")
+            return ScriptFailure("LimitExceeded", exc.message, limit=limit, **where)
+        if isinstance(exc, rhai.Cancelled):
+            return ScriptFailure("Cancelled", exc.message, **where)
+        return ScriptFailure("ScriptError", exc.message, **where)
+    if isinstance(exc, CallAborted):
+        return ScriptFailure("Cancelled", str(exc) or "call cancelled", kind="Cancelled")
+    if isinstance(exc, (TypeError, ValueError, OverflowError)):
+        return ScriptFailure("InvalidValue", f"{type(exc).__name__}: {exc}", kind=type(exc).__name__)
+    return ScriptFailure("Internal", f"{type(exc).__name__}: {exc}", kind=type(exc).__name__)
+
+
+class Engines:
+    """One engine per script kind; helper sets and host functions registered once at start-up."""
+
+    def __init__(self, host_functions: Mapping[str, Mapping[str, Callable[..., Any]]]) -> None:
+        self._engines: dict[str, rhai.Engine] = {}
+        self.problems: list[str] = []
+        for kind, budget in BUDGETS.items():
+            engine = rhai.Engine(**budget, output_limit=OUTPUT_LIMIT, json_functions=kind != "region")
+            helpers, problem = functions_for(kind)
+            if problem:
+                self.problems.append(problem)
+            for name, fn in {**helpers, **host_functions.get(kind, {})}.items():
+                engine.register_fn(name, fn)
+            self._engines[kind] = engine
+
+    def compile(self, kind: str, source: str, name: str) -> Compiled:
+        """Compile in this process (the parser is untrusted surface too)."""
+        try:
+            script = self._engines[kind].compile(source, name=name)
+            functions = [(str(n), int(a)) for n, a in script.functions]
+        except Exception as exc:
+            raise translate(exc) from exc
+        return Compiled(script, functions, len(source.encode("utf-8", "surrogatepass")) * 4)
+
+    def run(
+        self, compiled: Compiled, fn: str, args: list[Any], timeout: float | None, cancel: rhai.CancelToken | None
+    ) -> Outcome:
+        """Run one function on the calling thread; wall time and this thread's CPU time are measured."""
+        wall0, cpu0 = time.perf_counter(), time.thread_time()
+        try:
+            result = compiled.script.call_detailed(fn, *args, timeout=timeout, cancel=cancel)
+        except Exception as exc:
+            raise translate(exc) from exc
+        output = list(result.output)
+        if result.output_truncated:
+            output.append("[output truncated]")
+        return Outcome(result.value, time.perf_counter() - wall0, time.thread_time() - cpu0, result.operations, output)

@@ -1,0 +1,175 @@
+"""Brokered host functions and chunk emission: a script thread's side of HOST_CALL and CHUNK.
+
+Each threaded call owns a ``CallChannel``.  The loop thread only *feeds* it
+(HOST_REPLY, HOST_CHUNK, CREDIT, cancel); the script thread alone reads its inbox
+and keeps its state, so no locks are needed.  Outgoing messages go through the
+``Outbox``, which wakes the loop thread with an eventfd.
+
+Flow control: a stream may have at most ``window`` chunks un-acknowledged; the
+emitter blocks on CREDIT, and every HOST_CHUNK delivered to a script callback is
+acknowledged with a CREDIT, so neither process buffers without bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+import rhai
+
+from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Message, ProtocolError, encode
+from worker.engine import CallAborted
+
+__all__ = ["HOST_FUNCTIONS", "CallChannel", "Outbox", "bound_to"]
+
+_CANCEL: Final = object()
+_current = threading.local()
+
+
+class Outbox:
+    """Frames queued by script threads for the loop thread to send on its socket."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[list[bytes]] = queue.SimpleQueue()
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def put(self, message: Message) -> None:
+        self._queue.put(encode(message))
+        os.eventfd_write(self.fd, 1)
+
+    def drain(self) -> list[list[bytes]]:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self.fd)
+        out: list[list[bytes]] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                out.append(self._queue.get_nowait())
+        return out
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class CallChannel:
+    """The script thread's view of one call's traffic with the coordinator."""
+
+    def __init__(self, call_id: int, outbox: Outbox, window: int) -> None:
+        self.id = call_id
+        self.token = rhai.CancelToken()
+        self.host_calls = 0
+        self._outbox, self._inbox = outbox, queue.SimpleQueue[object]()
+        self._credits, self._seq = window, 0
+        self._replies: dict[int, HostReply] = {}
+        self._chunks: dict[int, deque[Any]] = {}
+
+    # -- loop thread ---------------------------------------------------------
+    def feed(self, message: object) -> None:
+        self._inbox.put(message)
+
+    def cancel(self) -> None:
+        self.token.cancel()
+        self._inbox.put(_CANCEL)
+
+    # -- script thread -------------------------------------------------------
+    def _pump(self) -> None:
+        message = self._inbox.get()
+        if message is _CANCEL:
+            raise CallAborted("call cancelled")
+        if isinstance(message, HostReply) and 0 < message.hid <= self.host_calls:
+            self._replies[message.hid] = message
+        elif isinstance(message, HostChunk) and message.hid in self._chunks:
+            self._chunks[message.hid].append(message.value)
+        elif isinstance(message, Credit) and message.hid == 0:
+            self._credits += message.n
+
+    def _send(self, message: Message) -> None:
+        try:
+            self._outbox.put(message)
+        except ProtocolError as exc:
+            raise rhai.Throw(f"value cannot leave the sandbox: {exc}") from None
+
+    def host_call(self, name: str, args: list[Any]) -> Any:
+        """Send HOST_CALL and block until its HOST_REPLY; a refusal is thrown into the script."""
+        self.host_calls += 1
+        hid = self.host_calls
+        self._send(HostCall(self.id, hid, name, args))
+        while hid not in self._replies:
+            self._pump()
+        reply = self._replies.pop(hid)
+        if not reply.ok:
+            raise rhai.Throw(reply.value)
+        return reply.value
+
+    def host_stream(self, name: str, args: list[Any], callback: Callable[[Any], Any]) -> None:
+        """Like ``host_call``, but deliver each HOST_CHUNK to ``callback`` (and CREDIT it) first."""
+        self.host_calls += 1
+        hid = self.host_calls
+        pending = self._chunks[hid] = deque()
+        try:
+            self._send(HostCall(self.id, hid, name, args))
+            while True:
+                if pending:
+                    callback(pending.popleft())
+                    self._send(Credit(self.id, hid, 1))
+                elif hid in self._replies:
+                    break
+                else:
+                    self._pump()
+        finally:
+            del self._chunks[hid]
+        reply = self._replies.pop(hid)
+        if not reply.ok:
+            raise rhai.Throw(reply.value)
+
+    def emit(self, value: Any) -> None:
+        """The ``on_chunk`` callable of ``op=stream`` calls: one CHUNK, waiting for credit first."""
+        while self._credits <= 0:
+            self._pump()
+        self._credits -= 1
+        self._send(Chunk(self.id, self._seq, value))
+        self._seq += 1
+
+
+@contextlib.contextmanager
+def bound_to(channel: CallChannel | None) -> Iterator[None]:
+    """Make ``channel`` the target of host functions called on this thread."""
+    _current.channel = channel
+    try:
+        yield
+    finally:
+        _current.channel = None
+
+
+def _channel() -> CallChannel:
+    channel: CallChannel | None = getattr(_current, "channel", None)
+    if channel is None:
+        raise rhai.Throw("provider host channel closed")
+    return channel
+
+
+def http_get(url: Any, headers: Any = None) -> Any:
+    return _channel().host_call("http_get", [url] if headers is None else [url, headers])
+
+
+def http_post(url: Any, body: Any, headers: Any = None) -> Any:
+    return _channel().host_call("http_post", [url, body] if headers is None else [url, body, headers])
+
+
+def stream_request(url: Any, body: Any, headers: Any, callback: Callable[[Any], Any]) -> None:
+    _channel().host_stream("stream_request", [url, body, headers], callback)
+
+
+def env_var(name: Any) -> Any:
+    return _channel().host_call("env_var", [name])
+
+
+HOST_FUNCTIONS: Final[dict[str, dict[str, Callable[..., Any]]]] = {
+    "region": {},
+    "provider": {"http_get": http_get, "http_post": http_post, "stream_request": stream_request, "env_var": env_var},
+}
+"""Worker-side implementations of ``proto.host.BROKERED`` (a test keeps names and arities equal)."""

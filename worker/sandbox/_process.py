@@ -1,0 +1,238 @@
+"""Process-level layers: environment, no_new_privs, parent death, rlimits, namespaces.
+
+Each function applies one layer and returns ``(active, detail)``; none raises for
+an unavailable feature, because a worker must start and *say* what it lacks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+import signal
+import socket
+import threading
+
+__all__ = [
+    "LayerResult",
+    "drop_capabilities",
+    "libc",
+    "parent_alive",
+    "scrub_environment",
+    "set_no_new_privs",
+    "set_pdeathsig",
+    "set_rlimits",
+    "thread_count",
+    "unshare_network",
+]
+
+LayerResult = tuple[bool, str]
+
+PR_SET_PDEATHSIG = 1
+PR_GET_PDEATHSIG = 2
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_GET_NO_NEW_PRIVS = 39
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+libc.prctl.restype = ctypes.c_int
+libc.syscall.restype = ctypes.c_long
+
+
+def _errno_text(prefix: str) -> str:
+    err = ctypes.get_errno()
+    return f"{prefix}: {errno.errorcode.get(err, err)} ({os.strerror(err)})"
+
+
+def _prctl(option: int, arg2: int = 0) -> int:
+    return int(libc.prctl(option, arg2, 0, 0, 0))
+
+
+def thread_count() -> int:
+    """Kernel's view of our threads: unshare(CLONE_NEWUSER) needs exactly one."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def scrub_environment() -> LayerResult:
+    """Clear ``os.environ`` and zero the exec-time environment block.
+
+    ``os.environ.clear()`` unsets every variable in libc too, but the strings the
+    kernel copied at exec stay on the stack and in ``/proc/self/environ``; zeroing
+    that range means a compromised worker cannot read them back either.
+    """
+    count = len(os.environ)
+    os.environ.clear()
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        # Fields 50/51 (1-based) are env_start/env_end; fields[0] is field 3.
+        start, end = int(fields[47]), int(fields[48])
+        if 0 < start < end:
+            ctypes.memset(start, 0, end - start)
+        block = f"exec-time block zeroed ({end - start} bytes)"
+    except (OSError, IndexError, ValueError) as exc:
+        block = f"exec-time block not zeroed: {exc!r}"
+    leaked = dict(os.environ)
+    if leaked:
+        return False, f"variables remain after clear: {sorted(leaked)}"
+    return True, f"cleared {count} variables; {block}"
+
+
+def set_no_new_privs() -> LayerResult:
+    """No setuid/file-capability gains on exec; also the precondition for Landlock and seccomp."""
+    if _prctl(PR_SET_NO_NEW_PRIVS, 1) != 0:
+        return False, _errno_text("prctl(PR_SET_NO_NEW_PRIVS)")
+    if _prctl(PR_GET_NO_NEW_PRIVS) != 1:
+        return False, "PR_GET_NO_NEW_PRIVS does not read back 1"
+    return True, "PR_SET_NO_NEW_PRIVS=1 (read back)"
+
+
+def parent_alive(parent_pid: int) -> bool:
+    """True while our parent is still ``parent_pid``.
+
+    After the parent dies we are re-parented (to init or a subreaper), so
+    ``getppid`` changes; unlike ``kill(pid, 0)`` this cannot be fooled by pid reuse
+    and needs no permission that Landlock's signal scoping would deny.
+    """
+    return os.getppid() == parent_pid
+
+
+def set_pdeathsig(parent_pid: int) -> LayerResult:
+    """SIGKILL us when the forking thread dies, then close the fork/prctl race.
+
+    If the parent died before prctl took effect we would never get the signal,
+    so compare ``getppid`` afterwards and die now if it already changed.
+    """
+    if _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) != 0:
+        return False, _errno_text("prctl(PR_SET_PDEATHSIG)")
+    if not parent_alive(parent_pid):
+        os.kill(os.getpid(), signal.SIGKILL)
+    value = ctypes.c_int(0)
+    if libc.prctl(PR_GET_PDEATHSIG, ctypes.addressof(value), 0, 0, 0) != 0 or value.value != signal.SIGKILL:
+        return False, f"PR_GET_PDEATHSIG reads {value.value}, expected SIGKILL"
+    return True, f"SIGKILL on death of the forking thread of pid {parent_pid}; getppid re-checked"
+
+
+def set_rlimits(memory_bytes: int, cpu_seconds: int, open_files: int, file_size: int) -> LayerResult:
+    """Set soft = hard so the worker cannot raise them back (it loses CAP_SYS_RESOURCE).
+
+    RLIMIT_CPU's soft limit may later be lowered/raised up to the hard limit by
+    :func:`worker.sandbox.rearm_cpu`; the hard limit is the lifetime cap.
+    """
+    wanted = {
+        "AS": (resource.RLIMIT_AS, memory_bytes),
+        "CPU": (resource.RLIMIT_CPU, cpu_seconds),
+        "NOFILE": (resource.RLIMIT_NOFILE, open_files),
+        "CORE": (resource.RLIMIT_CORE, 0),
+        "FSIZE": (resource.RLIMIT_FSIZE, file_size),
+    }
+    applied: list[str] = []
+    failed: list[str] = []
+    for name, (which, value) in wanted.items():
+        _soft, hard = resource.getrlimit(which)
+        limit = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        try:
+            resource.setrlimit(which, (limit, limit))
+        except (ValueError, OSError) as exc:
+            failed.append(f"{name}: {exc}")
+            continue
+        if resource.getrlimit(which) != (limit, limit):
+            failed.append(f"{name}: reads back {resource.getrlimit(which)}")
+        else:
+            applied.append(f"{name}={limit}")
+    if failed:
+        return False, "failed " + "; ".join(failed) + (" (applied " + " ".join(applied) + ")")
+    return True, "soft=hard " + " ".join(applied)
+
+
+def _netns_id() -> str:
+    try:
+        return os.readlink("/proc/self/ns/net")
+    except OSError as exc:
+        return f"unknown ({exc.strerror})"
+
+
+def _loopback_unreachable() -> str | None:
+    """None if 127.0.0.1 is unreachable (as in a fresh netns), else what happened."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("127.0.0.1", 9))
+    except OSError as exc:
+        if exc.errno == errno.ENETUNREACH:
+            return None
+        return f"unexpected {exc!r}"
+    return "127.0.0.1 is routable"
+
+
+def unshare_network() -> LayerResult:
+    """Move into a new user namespace and an empty network namespace.
+
+    The user namespace is what makes this work without root; it also leaves us with
+    no capability in the host's namespace. Nothing is brought up, not even ``lo``.
+    Falls back to a bare CLONE_NEWNET when we hold CAP_SYS_ADMIN but user
+    namespaces are refused.
+    """
+    threads = thread_count()
+    before = _netns_id()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        how = "unshare(CLONE_NEWUSER|CLONE_NEWNET)"
+    else:
+        first = _errno_text("unshare(CLONE_NEWUSER|CLONE_NEWNET)")
+        if threads > 1:
+            first += f" [{threads} threads; needs a single-threaded process]"
+        if libc.unshare(CLONE_NEWNET) != 0:
+            return False, f"{first}; {_errno_text('unshare(CLONE_NEWNET)')}"
+        how = f"unshare(CLONE_NEWNET) only ({first})"
+    after = _netns_id()
+    if after == before:
+        return False, f"{how} returned 0 but the netns is unchanged ({after})"
+    problem = _loopback_unreachable()
+    if problem is not None:
+        return False, f"{how}: new netns {after} but {problem}"
+    return True, f"{how}: netns {before} -> {after}, no interface up (127.0.0.1 unreachable)"
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> str:
+    """Drop every capability (bounding, ambient, effective, permitted, inheritable).
+
+    After CLONE_NEWUSER we hold all capabilities *inside* the new namespace (enough
+    to bring ``lo`` up or mount things there); root workers hold them outright.
+    """
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
+            last = int(fh.read())
+    except (OSError, ValueError):
+        last = 40
+    for cap in range(last + 1):
+        _prctl(PR_CAPBSET_DROP, cap)  # EPERM without CAP_SETPCAP: then nothing to drop there
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        return _errno_text("capset(0)")
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            caps = dict(line.split(":\t", 1) for line in fh if line.startswith("Cap"))
+    except OSError as exc:
+        return f"capabilities dropped (unverified: {exc.strerror})"
+    if int(caps.get("CapEff", "1"), 16) or int(caps.get("CapPrm", "1"), 16):
+        return f"capabilities remain: CapEff={caps.get('CapEff', '?').strip()}"
+    return "all capabilities dropped"
