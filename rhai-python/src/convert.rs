@@ -145,8 +145,38 @@ fn seq_to_dynamic<'py>(
     Ok(Dynamic::from_array(arr))
 }
 
+/// Map keys repeat across the entries of a ctx (`content`, `tokens`, ...): reuse
+/// their Python strings (hash already computed) instead of building new ones.
+struct KeyCache<'py> {
+    slots: Vec<(ImmutableString, Bound<'py, PyString>)>,
+}
+
+impl<'py> KeyCache<'py> {
+    const SIZE: usize = 32;
+
+    fn get(&mut self, py: Python<'py>, key: &str) -> Bound<'py, PyString> {
+        if let Some((_, s)) = self.slots.iter().find(|(k, _)| k.as_str() == key) {
+            return s.clone();
+        }
+        let s = PyString::new(py, key);
+        if self.slots.len() < Self::SIZE {
+            self.slots.push((key.into(), s.clone()));
+        }
+        s
+    }
+}
+
 /// Rhai -> Python. Maps come back with keys in sorted (byte) order.
 pub fn to_python<'py>(py: Python<'py>, value: &Dynamic, depth: usize) -> Result<Bound<'py, PyAny>, ConvError> {
+    to_python_cached(py, value, depth, &mut KeyCache { slots: Vec::new() })
+}
+
+fn to_python_cached<'py>(
+    py: Python<'py>,
+    value: &Dynamic,
+    depth: usize,
+    keys: &mut KeyCache<'py>,
+) -> Result<Bound<'py, PyAny>, ConvError> {
     if value.is_unit() {
         return Ok(py.None().into_bound(py));
     }
@@ -172,15 +202,15 @@ pub fn to_python<'py>(py: Python<'py>, value: &Dynamic, depth: usize) -> Result<
         if let Ok(map) = value.as_map_ref() {
             let dict = PyDict::new(py);
             for (k, v) in map.iter() {
-                let pv = to_python(py, v, depth + 1).map_err(|e| e.at(format!("[{:?}]", k.as_str())))?;
-                dict.set_item(PyString::new(py, k.as_str()), pv)?;
+                let pv = to_python_cached(py, v, depth + 1, keys).map_err(|e| e.at(format!("[{:?}]", k.as_str())))?;
+                dict.set_item(keys.get(py, k.as_str()), pv)?;
             }
             return Ok(dict.into_any());
         }
         if let Ok(arr) = value.as_array_ref() {
             let mut items = Vec::with_capacity(arr.len());
             for (i, v) in arr.iter().enumerate() {
-                items.push(to_python(py, v, depth + 1).map_err(|e| e.at(format!("[{i}]")))?);
+                items.push(to_python_cached(py, v, depth + 1, keys).map_err(|e| e.at(format!("[{i}]")))?);
             }
             return Ok(PyList::new(py, items)?.into_any());
         }

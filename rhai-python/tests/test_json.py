@@ -63,3 +63,20 @@ def test_script_parse_json(engine: rhai.Engine) -> None:
 def test_script_to_json_of_function_pointer_fails(engine: rhai.Engine) -> None:
     with pytest.raises(rhai.ScriptThrow, match="to_json"):
         run(engine, "to_json(#{f: Fn(\"x\")})")
+
+
+def test_pe4_to_json_invisible_characters(engine: rhai.Engine) -> None:
+    text = run(engine, r'to_json(#{content:"NASDAQ:\u202fCBRS\u200b wafer\u2011scale\ufeff"})')
+    assert isinstance(text, str)
+    assert "\\u{" not in text
+    assert json.loads(text) == {"content": "NASDAQ:\u202fCBRS\u200b wafer\u2011scale\ufeff"}
+    text2 = run(engine, r'to_json([#{a:"x\u202fy"},"b\u200bc",1])')
+    assert json.loads(text2) == [{"a": "x\u202fy"}, "b\u200bc", 1]  # type: ignore[arg-type]
+    assert run(engine, r'parse_json(to_json([#{a:"x\u202fy"},"b\u200bc",1]))') == [{"a": "x\u202fy"}, "b\u200bc", 1]
+
+
+def test_pe5_to_json_basics(engine: rhai.Engine) -> None:
+    assert run(engine, "to_json(#{a:1})") == '{"a":1}'
+    assert run(engine, "to_json(#{b:1,a:2})") == '{"a":2,"b":1}'
+    with pytest.raises(rhai.ScriptThrow, match="to_json"):
+        run(engine, "to_json(|x| x + 1)")
