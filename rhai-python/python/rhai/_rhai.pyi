@@ -1,0 +1,125 @@
+"""Type stubs for the native module of rhai-python (hand-written; see ``rhai/__init__.py``)."""
+
+from collections.abc import Callable
+from typing import Any, final
+
+__all__ = [
+    "RHAI_VERSION",
+    "CallResult",
+    "Callback",
+    "CancelToken",
+    "Engine",
+    "FnPtr",
+    "Script",
+    "__version__",
+    "current_call_remaining",
+    "parse_json",
+    "to_json",
+]
+
+__version__: str
+RHAI_VERSION: str
+
+@final
+class CancelToken:
+    """A thread-safe flag that stops every call using it from inside the engine."""
+
+    def __init__(self) -> None: ...
+    def cancel(self) -> None:
+        """Ask running calls to stop (idempotent)."""
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``cancel`` was called."""
+
+@final
+class CallResult:
+    """The value of a call plus what it left behind."""
+
+    @property
+    def value(self) -> Any: ...
+    @property
+    def output(self) -> list[str]:
+        """Lines written by ``print``/``debug``, up to the engine's output limit."""
+    @property
+    def output_truncated(self) -> bool: ...
+    @property
+    def operations(self) -> int:
+        """Rhai operations counted for the call."""
+    @property
+    def elapsed(self) -> float:
+        """Seconds spent running the script."""
+
+@final
+class FnPtr:
+    """A script function pointer seen from Python; pass it back to a script."""
+
+    @property
+    def name(self) -> str: ...
+
+@final
+class Callback:
+    """A script closure handed to a host function; callable only during that host call."""
+
+    @property
+    def name(self) -> str: ...
+    def __call__(self, *args: Any) -> Any: ...
+
+@final
+class Script:
+    """A compiled script; immutable and safe to call from many threads at once."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def functions(self) -> list[tuple[str, int]]:
+        """Public script functions as ``(name, arity)``, sorted."""
+    def has_function(self, name: str, arity: int) -> bool: ...
+    def call(self, name: str, /, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None) -> Any:
+        """Run one public function on a fresh scope (top-level statements run first).
+
+        Raises:
+            FunctionNotFound: no public function ``name`` with ``len(args)`` parameters.
+            ScriptError, LimitExceeded, Cancelled: the script failed, hit a limit or was stopped.
+            TypeError, OverflowError, ValueError: an argument or the result cannot be converted.
+        """
+    def call_detailed(
+        self, name: str, /, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None
+    ) -> CallResult:
+        """Like ``call``, and also return captured output, operations and elapsed time."""
+
+@final
+class Engine:
+    """A Rhai engine configured for untrusted scripts; every limit explicit."""
+
+    def __init__(
+        self,
+        *,
+        max_operations: int = 500_000,
+        max_call_levels: int = 64,
+        max_expr_depth: int = 128,
+        max_function_expr_depth: int = 128,
+        max_string_size: int = 1_000_000,
+        max_array_size: int = 10_000,
+        max_map_size: int = 10_000,
+        max_variables: int = 10_000,
+        max_functions: int = 1_000,
+        output_limit: int = 65_536,
+        json_functions: bool = True,
+    ) -> None: ...
+    def register_fn(self, name: str, func: Callable[..., Any]) -> None:
+        """Make ``func`` a script function at every arity it accepts (up to 8)."""
+    def compile(self, source: str, name: str = "<script>") -> Script:
+        """Compile ``source``.
+
+        Raises:
+            CompileError: with ``line`` and ``column``.
+        """
+
+def current_call_remaining() -> float | None:
+    """Seconds left before the current call's deadline (for host functions), or None."""
+
+def to_json(value: Any) -> str:
+    """Compact JSON with keys sorted by bytes, as scripts' ``to_json`` writes it."""
+
+def parse_json(text: str) -> Any:
+    """Any JSON value, converted as scripts see it; ``ValueError`` when invalid."""
