@@ -21,10 +21,3 @@ def engine() -> rhai.Engine:
         max_variables=10_000,
         max_functions=1_000,
     )
-
-
-def run(engine: rhai.Engine, body: str, *args: object, timeout: float | None = 5.0) -> object:
-    """Compile ``fn main(...) { body }`` and call it."""
-    params = ", ".join(f"a{i}" for i in range(len(args)))
-    script = engine.compile(f"fn main({params}) {{ {body} }}", name="t.rhai")
-    return script.call("main", *args, timeout=timeout)

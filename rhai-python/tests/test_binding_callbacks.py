@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import rhai
-from conftest import run
+from rhai_helpers import run
 
 
 def test_register_fn_every_arity(engine: rhai.Engine) -> None:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import rhai
-from conftest import run
+from rhai_helpers import run
 
 
 def test_loop_stops_at_timeout_even_inside_try_catch() -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import rhai
-from conftest import run
+from rhai_helpers import run
 
 
 def test_to_json_format() -> None:

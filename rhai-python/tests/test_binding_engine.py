@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import rhai
-from conftest import run
+from rhai_helpers import run
 
 
 def test_every_limit_is_keyword_only() -> None:
