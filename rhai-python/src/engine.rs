@@ -7,6 +7,7 @@
 //! and `parse_json`. Python functions registered later rebuild the engine; a
 //! `Script` keeps the engine it was compiled with.
 
+use std::any::TypeId;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,27 @@ struct Limits {
 struct Registered {
     name: String,
     func: Arc<Py<PyAny>>,
-    arities: Vec<usize>,
+    signatures: Vec<Vec<TypeId>>,
+}
+
+/// A parameter type name of `register_fn(..., types=[...])` -> the Rhai type it matches.
+fn type_id(name: &str) -> PyResult<TypeId> {
+    Ok(match name {
+        "string" | "str" => TypeId::of::<ImmutableString>(),
+        "int" | "i64" | "INT" => TypeId::of::<rhai::INT>(),
+        "float" | "f64" | "FLOAT" => TypeId::of::<rhai::FLOAT>(),
+        "bool" => TypeId::of::<bool>(),
+        "char" => TypeId::of::<char>(),
+        "array" => TypeId::of::<rhai::Array>(),
+        "map" => TypeId::of::<Map>(),
+        "blob" => TypeId::of::<rhai::Blob>(),
+        "any" | "Dynamic" => TypeId::of::<Dynamic>(),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown parameter type {other:?} (use string, int, float, bool, char, array, map, blob or any)"
+            )))
+        }
+    })
 }
 
 /// A Rhai engine configured for untrusted scripts.
@@ -44,6 +65,7 @@ pub struct Engine {
     limits: Limits,
     output_limit: usize,
     json_functions: bool,
+    check_argument_sizes: bool,
     functions: Mutex<Vec<Registered>>,
     built: Mutex<Option<Arc<rhai::Engine>>>,
 }
@@ -63,7 +85,7 @@ impl Engine {
     #[pyo3(signature = (*, max_operations=500_000, max_call_levels=64, max_expr_depth=128,
         max_function_expr_depth=128, max_string_size=1_000_000, max_array_size=10_000,
         max_map_size=10_000, max_variables=10_000, max_functions=1_000, output_limit=65_536,
-        json_functions=true))]
+        json_functions=true, check_argument_sizes=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         max_operations: u64,
@@ -77,6 +99,7 @@ impl Engine {
         max_functions: usize,
         output_limit: usize,
         json_functions: bool,
+        check_argument_sizes: bool,
     ) -> PyResult<Self> {
         let limits = Limits {
             max_operations,
@@ -107,23 +130,34 @@ impl Engine {
             limits,
             output_limit,
             json_functions,
+            check_argument_sizes,
             functions: Mutex::new(Vec::new()),
             built: Mutex::new(None),
         })
     }
 
     /// Registers a Python callable as a script function at every arity it accepts (<= 8).
-    fn register_fn(&self, py: Python<'_>, name: &str, func: Bound<'_, PyAny>) -> PyResult<()> {
+    ///
+    /// With `types`, registers exactly one typed signature instead; typed functions
+    /// take precedence over the standard library's functions of the same signature.
+    #[pyo3(signature = (name, func, *, types=None))]
+    fn register_fn(&self, py: Python<'_>, name: &str, func: Bound<'_, PyAny>, types: Option<Vec<String>>) -> PyResult<()> {
         if !func.is_callable() {
             return Err(PyValueError::new_err("register_fn needs a callable"));
         }
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(PyValueError::new_err(format!("{name:?} is not a valid script function name")));
         }
-        let arities: Vec<usize> = py.import("rhai._arity")?.getattr("arities")?.call1((&func,))?.extract()?;
+        let signatures: Vec<Vec<TypeId>> = match types {
+            Some(t) => vec![t.iter().map(|n| type_id(n)).collect::<PyResult<_>>()?],
+            None => {
+                let arities: Vec<usize> = py.import("rhai._arity")?.getattr("arities")?.call1((&func,))?.extract()?;
+                arities.into_iter().map(|n| vec![TypeId::of::<Dynamic>(); n]).collect()
+            }
+        };
         let mut fns = self.functions.lock().map_err(lock_err)?;
-        fns.retain(|r| r.name != name);
-        fns.push(Registered { name: name.to_string(), func: Arc::new(func.unbind()), arities });
+        fns.retain(|r| !(r.name == name && r.signatures == signatures));
+        fns.push(Registered { name: name.to_string(), func: Arc::new(func.unbind()), signatures });
         *self.built.lock().map_err(lock_err)? = None;
         Ok(())
     }
@@ -136,7 +170,7 @@ impl Engine {
         match compiled {
             Ok(mut ast) => {
                 ast.set_source(name);
-                Ok(script::Script::new(engine, ast, name.to_string(), self.output_limit))
+                Ok(script::Script::new(engine, ast, name.to_string(), self.output_limit, self.check_argument_sizes))
             }
             Err(e) => Err(errors::compile_error(py, &e, name)),
         }
@@ -155,7 +189,7 @@ impl Engine {
         }
         let mut e = build(&self.limits, self.json_functions);
         for r in self.functions.lock().map_err(lock_err)?.iter() {
-            host::register(&mut e, &r.name, &r.func, &r.arities);
+            host::register(&mut e, &r.name, &r.func, &r.signatures);
         }
         let e = Arc::new(e);
         *built = Some(e.clone());

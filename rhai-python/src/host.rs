@@ -183,12 +183,11 @@ fn arg_to_python<'py>(
     convert::to_python(py, &value, 0)
 }
 
-/// Registers `func` as `name` at each arity in `arities`.
-pub fn register(engine: &mut rhai::Engine, name: &str, func: &Arc<Py<PyAny>>, arities: &[usize]) {
-    for &n in arities {
+/// Registers `func` as `name` once per parameter-type signature.
+pub fn register(engine: &mut rhai::Engine, name: &str, func: &Arc<Py<PyAny>>, signatures: &[Vec<std::any::TypeId>]) {
+    for types in signatures {
         let f = func.clone();
-        let types = vec![std::any::TypeId::of::<Dynamic>(); n];
-        engine.register_raw_fn(name, types, move |ctx: NativeCallContext, args: &mut [&mut Dynamic]| {
+        engine.register_raw_fn(name, types.clone(), move |ctx: NativeCallContext, args: &mut [&mut Dynamic]| {
             call_python(&ctx, &f, args)
         });
     }

@@ -15,6 +15,9 @@ mod script;
 
 use pyo3::prelude::*;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[pymodule]
 fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
     context::remember_main_thread();

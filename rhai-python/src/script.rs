@@ -48,10 +48,11 @@ pub struct Script {
     name: String,
     functions: Vec<(String, usize)>,
     output_limit: usize,
+    check_argument_sizes: bool,
 }
 
 impl Script {
-    pub fn new(engine: Arc<rhai::Engine>, ast: AST, name: String, output_limit: usize) -> Self {
+    pub fn new(engine: Arc<rhai::Engine>, ast: AST, name: String, output_limit: usize, check_argument_sizes: bool) -> Self {
         let mut functions: Vec<(String, usize)> = ast
             .iter_functions()
             .filter(|f| f.access == FnAccess::Public && f.this_type.is_none())
@@ -59,7 +60,7 @@ impl Script {
             .collect();
         functions.sort();
         functions.dedup();
-        Self { engine, ast, name, functions, output_limit }
+        Self { engine, ast, name, functions, output_limit, check_argument_sizes }
     }
 
     fn run(
@@ -83,7 +84,7 @@ impl Script {
         let guard = context::push(self.engine.clone(), deadline, cancel_flag, self.output_limit)
             .map_err(errors::reentrancy_error)?;
         let dyn_args = convert::args_to_dynamic(args)?;
-        for a in &dyn_args {
+        for a in dyn_args.iter().filter(|_| self.check_argument_sizes) {
             if let Err(e) = self.engine.ensure_data_size_within_limits(a) {
                 return Err(errors::runtime_error(py, e, &self.name));
             }

@@ -167,3 +167,24 @@ def test_current_call_remaining_inside_host(engine: rhai.Engine) -> None:
     run(engine, "probe()", timeout=2.0)
     assert seen[0] is not None and 1.5 < seen[0] <= 2.0
     assert rhai.current_call_remaining() is None
+
+
+def test_typed_registration_shadows_the_standard_library(engine: rhai.Engine) -> None:
+    # Rhai's own `trim` trims in place and returns (); a typed host `trim` wins.
+    assert run(engine, 'trim("  a  ")') is None
+    engine.register_fn("trim", lambda s: s.strip(), types=["string"])
+    assert run(engine, 'trim("  a  ")') == "a"
+    with pytest.raises(rhai.FunctionNotFound):
+        run(engine, "trim(5)")
+
+
+def test_typed_overloads_coexist(engine: rhai.Engine) -> None:
+    engine.register_fn("kind", lambda _: "s", types=["string"])
+    engine.register_fn("kind", lambda _: "i", types=["int"])
+    engine.register_fn("kind", lambda _: "m", types=["map"])
+    assert run(engine, 'kind("x") + kind(1) + kind(#{})') == "sim"
+
+
+def test_unknown_type_name_is_refused(engine: rhai.Engine) -> None:
+    with pytest.raises(ValueError, match="unknown parameter type"):
+        engine.register_fn("f", lambda x: x, types=["strng"])

@@ -141,3 +141,9 @@ def test_missing_map_property_reads_unit(engine: rhai.Engine) -> None:
 def test_version_is_exported() -> None:
     assert rhai.__version__
     assert rhai.RHAI_VERSION == "1.26.0"
+
+
+def test_standard_library_has_timestamp(engine: rhai.Engine) -> None:
+    assert run(engine, "let t = timestamp(); t.elapsed >= 0.0") is True
+    with pytest.raises(TypeError, match="timestamp"):
+        run(engine, "timestamp()")

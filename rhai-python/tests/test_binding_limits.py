@@ -128,3 +128,16 @@ def test_limits_behave_the_same_without_explicit_values() -> None:
     assert script.call("f", 60) == 60
     with pytest.raises(rhai.CallDepthExceeded):
         script.call("f", 70)
+
+
+def test_argument_size_check_can_be_left_to_the_script() -> None:
+    """Region hooks: the reference never checks arguments, only what scripts build."""
+    engine = rhai.Engine(max_map_size=10, check_argument_sizes=False)
+    script = engine.compile("fn f(m) { let x = m; x.k4 + m.k3 + m[\"k16\"] } fn g(m) { m.extra = 1; m }")
+    big = {f"k{i}": i for i in range(20)}
+    assert script.call("f", big) == 23
+    # Rhai itself still checks a value a method is called on, as in the reference.
+    with pytest.raises(rhai.DataTooLarge):
+        engine.compile("fn f(m) { m.keys().len() }").call("f", big)
+    with pytest.raises(rhai.DataTooLarge):
+        script.call("g", big)
