@@ -1,3 +1,69 @@
-"""The trusted side of rhaipool: scheduling, region and provider runtimes, egress and the CLI."""
+"""The trusted side of rhaipool: scheduling, region and provider runtimes, egress and the CLI.
+
+Public API of the pool: ``Pool`` (asyncio) and ``SyncPool`` (blocking facade),
+``ScriptHandle``, ``CallResult``/``CallStream``, the ``HostHandler`` protocol,
+the config classes and the error tree of ``coordinator.errors``.
+"""
+
+from coordinator.calls import CallResult, CallStream, HostHandler, InvalidChunk
+from coordinator.config import Deadlines, Limits, PoolConfig, Recycling, RetryPolicy
+from coordinator.errors import (
+    CallFailed,
+    Cancelled,
+    CompileError,
+    HostCallError,
+    LimitExceeded,
+    LoadError,
+    MissingFunction,
+    NoWorkerAvailable,
+    Overloaded,
+    PoolClosed,
+    PoolError,
+    ProtocolError,
+    Quarantined,
+    RhaipoolError,
+    ScriptError,
+    ScriptTimeout,
+    WorkerCrashed,
+    WorkerLost,
+)
+from coordinator.handles import ScriptHandle
+from coordinator.pool import Pool, PoolStatistics, WorkerInfo
+from coordinator.sync import SyncPool
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "CallFailed",
+    "CallResult",
+    "CallStream",
+    "Cancelled",
+    "CompileError",
+    "Deadlines",
+    "HostCallError",
+    "HostHandler",
+    "InvalidChunk",
+    "LimitExceeded",
+    "Limits",
+    "LoadError",
+    "MissingFunction",
+    "NoWorkerAvailable",
+    "Overloaded",
+    "Pool",
+    "PoolClosed",
+    "PoolConfig",
+    "PoolError",
+    "PoolStatistics",
+    "ProtocolError",
+    "Quarantined",
+    "Recycling",
+    "RetryPolicy",
+    "RhaipoolError",
+    "ScriptError",
+    "ScriptHandle",
+    "ScriptTimeout",
+    "SyncPool",
+    "WorkerCrashed",
+    "WorkerInfo",
+    "WorkerLost",
+]

@@ -1,20 +1,27 @@
-"""The ``rhaipool`` command line.
+"""The ``rhaipool`` command line (SPEC §4).
 
-Sub-commands live next to the runtime they drive and are attached here, so this
-module stays a table of contents.
+Sub-commands live next to the runtime they drive (``coordinator.regions.cli``,
+``coordinator.providers.cli``, ``coordinator.bench``); this module only attaches
+them and holds the two commands that span both kinds: ``validate`` and ``doctor``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import runpy
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from coordinator import __version__
+from coordinator.bench.pool import bench as pool_bench
+from coordinator.providers import cli as provider_cli
+from coordinator.regions import cli as region_cli
 
-REQUIRED = {"region": [("render", 1)], "provider": []}
+_PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 
 @click.group()
@@ -26,35 +33,102 @@ def main() -> None:
 @main.command()
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--kind", type=click.Choice(["region", "provider"]), required=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"valid", "error", "functions", "metadata"}.')
 def validate(path: Path, kind: str, as_json: bool) -> None:
-    """Compile a script and check the functions its kind requires."""
-    import rhai
+    """Compile PATH in a sandboxed worker and run the load-time checks of its kind."""
+    if kind == "region":
+        sys.exit(region_cli.run_validate(path, as_json))
+    sys.exit(asyncio.run(provider_cli.run_validate(path, as_json)))
 
-    problems: list[str] = []
-    functions: list[tuple[str, int]] = []
-    try:
-        script = rhai.Engine(json_functions=kind == "provider").compile(path.read_text(), name=str(path))
-        functions = script.functions
-        problems += [f"missing required function {n}/{a}" for n, a in REQUIRED[kind] if not script.has_function(n, a)]
-    except rhai.CompileError as exc:
-        problems.append(str(exc))
-    if as_json:
-        click.echo(json.dumps({"ok": not problems, "problems": problems, "functions": functions}))
-    else:
-        for p in problems:
-            click.echo(f"error: {p}", err=True)
-        if not problems:
-            click.echo(f"ok: {path} ({', '.join(f'{n}/{a}' for n, a in functions)})")
-    sys.exit(1 if problems else 0)
+
+main.add_command(region_cli.test_command)
+for command in provider_cli.COMMANDS:
+    main.add_command(command)
+
+
+async def _sandbox_report() -> list[dict[str, Any]]:
+    from coordinator import Pool, PoolConfig
+
+    async with Pool(PoolConfig(workers=1, spares=0)) as pool:
+        handle = await pool.load("fn ping() { true }", name="doctor.rhai", kind="region")
+        healthy = await pool.call(handle, "ping", timeout=5.0) is True
+        return [{"worker": w.id, "pid": w.pid, "healthy": healthy, "sandbox": w.sandbox} for w in pool.workers()]
 
 
 @main.command()
-def demo() -> None:
-    """Compile and run a bundled region script."""
-    import rhai
+@click.option("-m", "target", help="Also run one real inference on PROVIDER/MODEL.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config file (TOML).")
+@click.option("--json", "as_json", is_flag=True)
+def doctor(target: str | None, config_path: Path | None, as_json: bool) -> None:
+    """Report every sandbox layer of a real worker, the pool's health and, with -m, one inference."""
+    workers = asyncio.run(_sandbox_report())
+    report: dict[str, Any] = {"workers": workers, "ok": all(w["healthy"] for w in workers)}
+    if target:
+        from coordinator.providers.session import read_config
 
-    source = 'fn render(ctx) { let out = []; for e in ctx.entries { out.push("- " + e.content); } out }'
-    script = rhai.Engine(json_functions=False).compile(source, name="demo.rhai")
-    ctx = {"entries": [{"content": "remember the user's name"}, {"content": "prefer short answers"}]}
-    click.echo(json.dumps(script.call("render", ctx, timeout=1.0), indent=2))
+        report["inference"] = asyncio.run(provider_cli.doctor_model(read_config(config_path), target))
+        report["ok"] = report["ok"] and report["inference"]["ok"]
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False))
+    else:
+        for w in workers:
+            click.echo(f"worker {w['worker']} (pid {w['pid']}): {'healthy' if w['healthy'] else 'NOT healthy'}")
+            for layer, info in w["sandbox"].items():
+                if isinstance(info, dict) and "active" in info:
+                    mark = "active  " if info["active"] else "INACTIVE"
+                    click.echo(f"  {layer:<13} {mark} {info.get('detail', '')}")
+        if target:
+            inf = report["inference"]
+            click.echo(f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}")
+    sys.exit(0 if report["ok"] else 1)
+
+
+@main.command()
+@click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+def demo(scenario: Path | None) -> None:
+    """Replay a region scenario and ask a provider, both through the sandboxed pool."""
+    from coordinator.providers.demo import provider_demo
+
+    root = Path(__file__).resolve().parent.parent
+    path = scenario or root / "examples" / "regions" / "brain.scenario.json"
+    click.secho(f"== region scenario {path.relative_to(root) if path.is_relative_to(root) else path}", bold=True)
+    code = region_cli.run_test(path, as_json=False)
+    click.echo()
+    click.secho("== provider examples/providers/groq.rhai against a local stand-in API", bold=True)
+    ok = asyncio.run(provider_demo(click.echo))
+    sys.exit(0 if code == 0 and ok else 1)
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks (not tests): each prints ratios against a baseline measured in the same run."""
+
+
+bench.add_command(pool_bench, name="pool")
+
+
+@bench.command("regions", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_regions(ctx: click.Context) -> None:
+    """Region render through the pool vs in-process (``--entries``, ``--repeat``, ``--json``)."""
+    from coordinator.bench.regions import main as run
+
+    run(ctx.args)
+
+
+@bench.command("providers", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_providers(ctx: click.Context) -> None:
+    """256 concurrent inferences through the pool vs plain httpx (``--help`` for options)."""
+    from coordinator.bench.providers import main as run
+
+    run(ctx.args)
+
+
+@bench.command("binding", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_binding(ctx: click.Context) -> None:
+    """rhai-python call overhead, ctx round trip vs msgpack, ops/s, compile times (``--json``)."""
+    script = Path(__file__).resolve().parent.parent / "rhai-python" / "bench.py"
+    sys.argv = [str(script), *ctx.args]
+    runpy.run_path(str(script), run_name="__main__")

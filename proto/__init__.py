@@ -7,8 +7,23 @@ only the standard library and msgpack.
 from proto.calls import ERROR_CLASSES, KINDS, OPS, Call, Cancel, Chunk, Credit, Error, Result
 from proto.commands import COMMAND_FRAMES, FROM_COORDINATOR, FROM_WORKER, Command
 from proto.control import Goodbye, Heartbeat, Ready, Shutdown
-from proto.errors import MalformedMessage, ProtocolError, RhaipoolError, TooLarge, UnknownCommand, VersionMismatch
-from proto.frames import PROTOCOL_VERSION, SIGNATURE, SUPPORTED_VERSIONS, Message, decode, encode, signature_for
+from proto.errors import (
+    MalformedMessage,
+    ProtocolError,
+    RhaipoolError,
+    TooLarge,
+    UnknownCommand,
+    VersionMismatch,
+)
+from proto.frames import (
+    PROTOCOL_VERSION,
+    SIGNATURE,
+    SUPPORTED_VERSIONS,
+    Message,
+    decode,
+    encode,
+    signature_for,
+)
 from proto.host import BROKERED, STREAMING_HOST_CALLS, HostCall, HostChunk, HostReply
 from proto.values import MAX_BODY_BYTES, MAX_CONTAINER_LEN, pack, unpack
 

@@ -158,19 +158,26 @@ class Error:
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """W→C: one streamed value of call ``id``; ``seq`` counts from 0 without gaps."""
+    """W→C: one streamed value of call ``id``; ``seq`` counts from 0 without gaps.
+
+    ``error`` is set (and ``value`` nil) when the script emitted a value that has
+    no wire form: the stream carries an error item and the script goes on.
+    """
 
     COMMAND: ClassVar[Command] = Command.CHUNK
     id: int
     seq: int
     value: Any
+    error: str | None = None
 
     def to_body(self) -> dict[str, Any]:
-        return {"id": self.id, "seq": self.seq, "value": self.value}
+        return {"id": self.id, "seq": self.seq, "value": self.value, "error": self.error}
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Chunk:
-        return cls(s.req_id(body), s.req_id(body, "seq"), s.any_value(body, "value"))
+        return cls(
+            s.req_id(body), s.req_id(body, "seq"), s.any_value(body, "value"), s.opt_str(body, "error")
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ __all__ = ["COMMAND_FRAMES", "FROM_COORDINATOR", "FROM_WORKER", "Command"]
 
 
 class Command(enum.IntEnum):
-    """One-byte command codes (frame 1 of every message)."""
+    """One-byte command codes (byte 4 of every frame)."""
 
     READY = 0x01
     HEARTBEAT = 0x02
@@ -30,8 +30,8 @@ class Command(enum.IntEnum):
     HOST_CHUNK = 0x22
 
 
-COMMAND_FRAMES: Final = 3
-"""Every command is exactly three frames: signature, command byte, msgpack body."""
+COMMAND_FRAMES: Final = 1
+"""Every command is exactly one frame: signature, version, command byte, msgpack body."""
 
 FROM_WORKER: Final = frozenset(
     {

@@ -45,7 +45,9 @@ class Ready:
         capacity = s.req_int(body, "capacity")
         if capacity < 1:
             raise MalformedMessage("field 'capacity' must be >= 1")
-        return cls(s.req_int(body, "pid"), versions, capacity, s.req_dict(body, "sandbox"), s.opt_dict(body, "probe"))
+        return cls(
+            s.req_int(body, "pid"), versions, capacity, s.req_dict(body, "sandbox"), s.opt_dict(body, "probe")
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,14 @@ nothing but ``ProtocolError`` subclasses, whatever bytes they are given.
 
 from __future__ import annotations
 
-__all__ = ["MalformedMessage", "ProtocolError", "RhaipoolError", "TooLarge", "UnknownCommand", "VersionMismatch"]
+__all__ = [
+    "MalformedMessage",
+    "ProtocolError",
+    "RhaipoolError",
+    "TooLarge",
+    "UnknownCommand",
+    "VersionMismatch",
+]
 
 
 class RhaipoolError(Exception):

@@ -1,8 +1,10 @@
-"""Multipart framing: ``[signature+version, command byte, msgpack body]``, and nothing else.
+"""Framing: one ZeroMQ frame = ``"RHP"`` + version byte + command byte + msgpack body.
 
 Every message is checkable on its own (ZeroMQ reconnects silently, so a peer can
-never assume the previous message set any context).  ``decode`` raises only
-``ProtocolError`` subclasses.
+never assume the previous message set any context).  One frame rather than
+MDP-style separate frames: on these machines each extra frame costs about 5 µs
+per hop (measured: a raw echo went from 40 to 50 µs with three frames).
+``decode`` raises only ``ProtocolError`` subclasses.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from proto.schema import as_body
 from proto.values import pack, unpack
 
 __all__ = [
+    "HEADER_BYTES",
     "MESSAGE_TYPES",
     "PROTOCOL_VERSION",
     "SIGNATURE",
@@ -32,10 +35,12 @@ __all__ = [
 PROTOCOL_VERSION: Final = 1
 SUPPORTED_VERSIONS: Final = frozenset({1})
 _MAGIC: Final = b"RHP"
+HEADER_BYTES: Final = 5
+"""Signature (3), version (1), command (1); the msgpack body follows."""
 
 
 def signature_for(version: int) -> bytes:
-    """Frame 0: the three bytes ``RHP`` followed by one version byte."""
+    """The first four bytes of every frame: ``RHP`` followed by one version byte."""
     return _MAGIC + bytes((version,))
 
 
@@ -46,36 +51,50 @@ class Message(Protocol):
     """What every message class in ``proto.control``, ``proto.calls`` and ``proto.host`` provides."""
 
     @property
-    def COMMAND(self) -> Command: ...  # noqa: N802 - a class constant in the implementations
+    def COMMAND(self) -> Command: ...
 
     def to_body(self) -> dict[str, Any]: ...
 
 
 MESSAGE_TYPES: Final[dict[Command, Any]] = {
     cls.COMMAND: cls
-    for cls in (Ready, Heartbeat, Goodbye, Shutdown, Call, Result, Error, Chunk, Cancel, Credit, HostCall, HostReply, HostChunk)
+    for cls in (
+        Ready,
+        Heartbeat,
+        Goodbye,
+        Shutdown,
+        Call,
+        Result,
+        Error,
+        Chunk,
+        Cancel,
+        Credit,
+        HostCall,
+        HostReply,
+        HostChunk,
+    )
 }
 _COMMAND_BYTES: Final = {command: bytes((command,)) for command in Command}
 
 
 def encode(message: Message) -> list[bytes]:
-    """The three frames of ``message``; raises ``MalformedMessage`` if a value has no wire form."""
-    return [SIGNATURE, _COMMAND_BYTES[message.COMMAND], pack(message.to_body())]
+    """``message`` as its one frame; raises ``MalformedMessage`` if a value has no wire form."""
+    return [SIGNATURE + _COMMAND_BYTES[message.COMMAND] + pack(message.to_body())]
 
 
 def decode(frames: Sequence[bytes]) -> Any:
-    """Parse and validate one message; raise ``ProtocolError`` on any defect."""
+    """Parse and validate one message (a list of exactly one frame); raise ``ProtocolError`` on any defect."""
     if len(frames) != COMMAND_FRAMES:
         raise MalformedMessage(f"{len(frames)} frames, expected {COMMAND_FRAMES}")
-    signature, command_frame, body = frames
-    if signature != SIGNATURE:
-        if len(signature) == 4 and signature[:3] == _MAGIC:
-            raise VersionMismatch(f"protocol version {signature[3]} not in {sorted(SUPPORTED_VERSIONS)}")
-        raise VersionMismatch(f"signature {bytes(signature[:8])!r} is not RHP")
-    if len(command_frame) != 1:
-        raise MalformedMessage(f"command frame of {len(command_frame)} bytes, expected 1")
+    frame = frames[0]
+    if len(frame) < HEADER_BYTES:
+        raise MalformedMessage(f"frame of {len(frame)} bytes is shorter than the {HEADER_BYTES}-byte header")
+    if frame[:4] != SIGNATURE:
+        if frame[:3] == _MAGIC:
+            raise VersionMismatch(f"protocol version {frame[3]} not in {sorted(SUPPORTED_VERSIONS)}")
+        raise VersionMismatch(f"signature {bytes(frame[:4])!r} is not RHP")
     try:
-        command = Command(command_frame[0])
+        command = Command(frame[4])
     except ValueError:
-        raise UnknownCommand(f"command 0x{command_frame[0]:02x}") from None
-    return MESSAGE_TYPES[command].from_body(as_body(unpack(body)))
+        raise UnknownCommand(f"command 0x{frame[4]:02x}") from None
+    return MESSAGE_TYPES[command].from_body(as_body(unpack(memoryview(frame)[HEADER_BYTES:])))

@@ -58,7 +58,12 @@ class HostCall:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> HostCall:
-        return cls(s.req_id(body), s.req_id(body, "hid"), _check_name(s.req_str(body, "name")), s.req_list(body, "args"))
+        return cls(
+            s.req_id(body),
+            s.req_id(body, "hid"),
+            _check_name(s.req_str(body, "name")),
+            s.req_list(body, "args"),
+        )
 
 
 @dataclass(frozen=True, slots=True)

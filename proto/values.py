@@ -57,7 +57,7 @@ def pack(value: object) -> bytes:
     return data  # type: ignore[no-any-return]
 
 
-def unpack(data: bytes) -> Any:
+def unpack(data: bytes | memoryview) -> Any:
     """Decode one complete msgpack value; any defect becomes a ``ProtocolError``."""
     if len(data) > MAX_BODY_BYTES:
         raise TooLarge(f"body of {len(data)} bytes exceeds {MAX_BODY_BYTES}")

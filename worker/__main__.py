@@ -36,7 +36,16 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _enter_sandbox(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any] | None, Callable[[], bool]]:
+def _ipc_dir(endpoint: str) -> str | None:
+    """The private directory holding the coordinator's socket (the only path ipc needs)."""
+    if endpoint.startswith("ipc://"):
+        return os.path.dirname(endpoint[len("ipc://") :]) or None
+    return None
+
+
+def _enter_sandbox(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], dict[str, Any] | None, Callable[[], bool]]:
     """Apply ``worker.sandbox`` if it exists; otherwise say so and keep the parent-death guard."""
     parent = args.parent_pid
     try:
@@ -53,9 +62,10 @@ def _enter_sandbox(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, 
         file_size=args.file_size,
         parent_pid=parent,
         probe=args.probe,
+        ipc_dir=_ipc_dir(args.connect),
     )
     report = dict(sandbox.enter(config))
-    probe = report.pop("probe", None) if args.probe else None
+    probe = (report.pop("probe", None) or report.pop("probes", None)) if args.probe else None
     if os.getppid() != parent:  # the parent died before PDEATHSIG was armed
         os._exit(0)
     return report, probe, lambda: bool(sandbox.parent_alive(parent))

@@ -14,9 +14,18 @@ from typing import Any, Final
 
 import rhai
 
-from worker.functions import functions_for
+from worker.functions import functions_for, signatures_for
 
-__all__ = ["BUDGETS", "CallAborted", "Compiled", "Engines", "Outcome", "ScriptFailure", "translate"]
+__all__ = [
+    "BUDGETS",
+    "CallAborted",
+    "Compiled",
+    "DeadlineReached",
+    "Engines",
+    "Outcome",
+    "ScriptFailure",
+    "translate",
+]
 
 BUDGETS: Final[Mapping[str, Mapping[str, int]]] = {
     "region": {
@@ -45,6 +54,10 @@ OUTPUT_LIMIT: Final = 65_536
 
 class CallAborted(Exception):
     """Raised by a host function when its call was cancelled; ends the script as ``Cancelled``."""
+
+
+class DeadlineReached(Exception):
+    """Raised by a host function whose wait outlived the call's deadline; ends the script as ``ScriptTimeout``."""
 
 
 class ScriptFailure(Exception):
@@ -96,19 +109,27 @@ _LIMIT_NAMES: Final = (
 def translate(exc: BaseException) -> ScriptFailure:
     """Map any exception from compile or call to a ``ScriptFailure`` (exhaustive over rhai's tree)."""
     if isinstance(exc, rhai.RhaiError):
-        where = {"kind": type(exc).__name__, "line": exc.line, "column": exc.column}
+        kind, line, column = type(exc).__name__, exc.line, exc.column
         if isinstance(exc, rhai.CompileError):
-            return ScriptFailure("CompileError", exc.message, **where)
+            return ScriptFailure("CompileError", exc.message, kind=kind, line=line, column=column)
         if isinstance(exc, rhai.ScriptThrow):
-            return ScriptFailure("ScriptError", exc.message, value=exc.value, **where)
+            return ScriptFailure(
+                "ScriptError", exc.message, kind=kind, line=line, column=column, value=exc.value
+            )
         if isinstance(exc, rhai.DeadlineExceeded):
-            return ScriptFailure("ScriptTimeout", exc.message, limit="deadline", **where)
+            return ScriptFailure(
+                "ScriptTimeout", exc.message, kind=kind, line=line, column=column, limit="deadline"
+            )
         if isinstance(exc, rhai.LimitExceeded):
             limit = next((name for cls, name in _LIMIT_NAMES if isinstance(exc, cls)), "limit")
-            return ScriptFailure("LimitExceeded", exc.message, limit=limit, **where)
+            return ScriptFailure(
+                "LimitExceeded", exc.message, kind=kind, line=line, column=column, limit=limit
+            )
         if isinstance(exc, rhai.Cancelled):
-            return ScriptFailure("Cancelled", exc.message, **where)
-        return ScriptFailure("ScriptError", exc.message, **where)
+            return ScriptFailure("Cancelled", exc.message, kind=kind, line=line, column=column)
+        return ScriptFailure("ScriptError", exc.message, kind=kind, line=line, column=column)
+    if isinstance(exc, DeadlineReached):
+        return ScriptFailure("ScriptTimeout", str(exc), kind="DeadlineExceeded", limit="deadline")
     if isinstance(exc, CallAborted):
         return ScriptFailure("Cancelled", str(exc) or "call cancelled", kind="Cancelled")
     if isinstance(exc, (TypeError, ValueError, OverflowError)):
@@ -123,12 +144,19 @@ class Engines:
         self._engines: dict[str, rhai.Engine] = {}
         self.problems: list[str] = []
         for kind, budget in BUDGETS.items():
-            engine = rhai.Engine(**budget, output_limit=OUTPUT_LIMIT, json_functions=kind != "region")
+            # The reference passes hook arguments unchecked; only what scripts build is size-checked.
+            engine = rhai.Engine(
+                **budget, output_limit=OUTPUT_LIMIT, json_functions=kind != "region", check_argument_sizes=False
+            )
             helpers, problem = functions_for(kind)
             if problem:
                 self.problems.append(problem)
+            signatures = signatures_for(kind)
             for name, fn in {**helpers, **host_functions.get(kind, {})}.items():
-                engine.register_fn(name, fn)
+                if name in signatures and name in helpers:
+                    engine.register_fn(name, fn, types=list(signatures[name]))
+                else:
+                    engine.register_fn(name, fn)
             self._engines[kind] = engine
 
     def compile(self, kind: str, source: str, name: str) -> Compiled:
@@ -141,7 +169,12 @@ class Engines:
         return Compiled(script, functions, len(source.encode("utf-8", "surrogatepass")) * 4)
 
     def run(
-        self, compiled: Compiled, fn: str, args: list[Any], timeout: float | None, cancel: rhai.CancelToken | None
+        self,
+        compiled: Compiled,
+        fn: str,
+        args: list[Any],
+        timeout: float | None,
+        cancel: rhai.CancelToken | None,
     ) -> Outcome:
         """Run one function on the calling thread; wall time and this thread's CPU time are measured."""
         wall0, cpu0 = time.perf_counter(), time.thread_time()
@@ -152,4 +185,6 @@ class Engines:
         output = list(result.output)
         if result.output_truncated:
             output.append("[output truncated]")
-        return Outcome(result.value, time.perf_counter() - wall0, time.thread_time() - cpu0, result.operations, output)
+        return Outcome(
+            result.value, time.perf_counter() - wall0, time.thread_time() - cpu0, result.operations, output
+        )

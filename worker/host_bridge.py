@@ -23,7 +23,7 @@ from typing import Any, Final
 import rhai
 
 from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Message, ProtocolError, encode
-from worker.engine import CallAborted
+from worker.engine import CallAborted, DeadlineReached
 
 __all__ = ["HOST_FUNCTIONS", "CallChannel", "Outbox", "bound_to"]
 
@@ -77,7 +77,12 @@ class CallChannel:
 
     # -- script thread -------------------------------------------------------
     def _pump(self) -> None:
-        message = self._inbox.get()
+        """Wait for the next message for this call, but never past the call's own deadline."""
+        remaining = rhai.current_call_remaining()
+        try:
+            message = self._inbox.get(timeout=None if remaining is None else max(remaining, 0.0))
+        except queue.Empty:
+            raise DeadlineReached("the call's deadline passed while it waited for the coordinator") from None
         if message is _CANCEL:
             raise CallAborted("call cancelled")
         if isinstance(message, HostReply) and 0 < message.hid <= self.host_calls:
@@ -131,7 +136,10 @@ class CallChannel:
         while self._credits <= 0:
             self._pump()
         self._credits -= 1
-        self._send(Chunk(self.id, self._seq, value))
+        try:
+            self._outbox.put(Chunk(self.id, self._seq, value))
+        except ProtocolError as exc:  # SPEC §3.11: an error item in the stream, and the script goes on
+            self._outbox.put(Chunk(self.id, self._seq, None, f"chunk has no wire form: {exc}"))
         self._seq += 1
 
 
@@ -170,6 +178,11 @@ def env_var(name: Any) -> Any:
 
 HOST_FUNCTIONS: Final[dict[str, dict[str, Callable[..., Any]]]] = {
     "region": {},
-    "provider": {"http_get": http_get, "http_post": http_post, "stream_request": stream_request, "env_var": env_var},
+    "provider": {
+        "http_get": http_get,
+        "http_post": http_post,
+        "stream_request": stream_request,
+        "env_var": env_var,
+    },
 }
 """Worker-side implementations of ``proto.host.BROKERED`` (a test keeps names and arities equal)."""

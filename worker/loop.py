@@ -63,7 +63,14 @@ def _peak_rss() -> int:
 
 def _failure(call_id: int, failure: ScriptFailure) -> Error:
     return Error(
-        call_id, failure.cls, failure.message, failure.kind, failure.line, failure.column, failure.value, failure.limit
+        call_id,
+        failure.cls,
+        failure.message,
+        failure.kind,
+        failure.line,
+        failure.column,
+        failure.value,
+        failure.limit,
     )
 
 
@@ -108,7 +115,9 @@ class WorkerLoop:
             sandbox = dict(self._ready.sandbox)
             for problem in self._engines.problems:
                 sandbox.setdefault("functions", {"active": False, "detail": ""})["detail"] += problem + "; "
-            self._send(Ready(self._ready.pid, self._ready.versions, self._ready.capacity, sandbox, self._ready.probe))
+            self._send(
+                Ready(self._ready.pid, self._ready.versions, self._ready.capacity, sandbox, self._ready.probe)
+            )
             return self._serve()
         finally:
             sock.close()
@@ -121,7 +130,7 @@ class WorkerLoop:
         next_beat = next_check = time.monotonic()
         while True:
             timeout = max(0.0, min(next_beat, next_check) - time.monotonic())
-            events = dict(poller.poll(timeout * 1000))
+            events = dict(poller.poll(int(timeout * 1000)))
             if self._outbox.fd in events:
                 for frames in self._outbox.drain():
                     self._send_frames(frames)
@@ -135,7 +144,11 @@ class WorkerLoop:
                     os._exit(0)
             if now >= next_beat:
                 next_beat = now + self._heartbeat
-                self._send(Heartbeat({"calls": self._calls, "inflight": len(self._channels), "cached": len(self._cache)}))
+                self._send(
+                    Heartbeat(
+                        {"calls": self._calls, "inflight": len(self._channels), "cached": len(self._cache)}
+                    )
+                )
             if self._stopping and not self._channels:
                 for frames in self._outbox.drain():
                     self._send_frames(frames)
@@ -144,7 +157,7 @@ class WorkerLoop:
 
     def _send_frames(self, frames: list[bytes]) -> None:
         try:
-            self._sock.send_multipart(frames, copy=len(frames[-1]) > 65536)
+            self._sock.send_multipart(frames, copy=len(frames[-1]) <= 65536)
         except zmq.ZMQError as exc:
             print(f"rhaipool worker: send failed: {exc}", file=sys.stderr, flush=True)
 
@@ -193,7 +206,9 @@ class WorkerLoop:
         if compiled is None:
             return
         if call.op == "load":
-            self._send(Result(call.id, {"functions": [list(f) for f in compiled.functions]}, peak_rss=_peak_rss()))
+            self._send(
+                Result(call.id, {"functions": [list(f) for f in compiled.functions]}, peak_rss=_peak_rss())
+            )
         elif call.kind == "region" and call.op == "call":
             self._send_outcome(call.id, self._execute(call, compiled, None))
         else:
@@ -227,16 +242,22 @@ class WorkerLoop:
             args.append(channel.emit)
         try:
             with bound_to(channel):
-                outcome = self._engines.run(compiled, call.fn, args, call.timeout, channel and channel.token)
+                outcome = self._engines.run(
+                    compiled, call.fn, args, call.timeout, channel.token if channel else None
+                )
         except ScriptFailure as failure:
             return _failure(call.id, failure)
-        return Result(call.id, outcome.value, outcome.wall, outcome.cpu, _peak_rss(), outcome.ops, outcome.output)
+        return Result(
+            call.id, outcome.value, outcome.wall, outcome.cpu, _peak_rss(), outcome.ops, outcome.output
+        )
 
     def _send_outcome(self, call_id: int, message: Message) -> None:
         try:
             frames = encode(message)
         except ProtocolError as exc:
-            frames = encode(Error(call_id, "InvalidValue", f"the return value cannot leave the sandbox: {exc}"))
+            frames = encode(
+                Error(call_id, "InvalidValue", f"the return value cannot leave the sandbox: {exc}")
+            )
         self._send_frames(frames)
 
     def _thread_main(self, call: Call, compiled: Compiled, channel: CallChannel) -> None:
@@ -246,8 +267,10 @@ class WorkerLoop:
             try:
                 self._outbox.put(message)
             except ProtocolError as exc:
-                self._outbox.put(Error(call.id, "InvalidValue", f"the return value cannot leave the sandbox: {exc}"))
-        except BaseException as exc:  # noqa: BLE001 - a thread must never die silently
+                self._outbox.put(
+                    Error(call.id, "InvalidValue", f"the return value cannot leave the sandbox: {exc}")
+                )
+        except BaseException as exc:
             self._outbox.put(Error(call.id, "Internal", f"{type(exc).__name__}: {exc}"))
         finally:
             self._channels.pop(call.id, None)

@@ -14,12 +14,12 @@ from coordinator.egress.sse import SseFramer
 
 __all__ = [
     "CONNECT_TIMEOUT_SECS",
-    "MAX_REDIRECTS",
     "Egress",
     "EgressDenied",
     "EgressPolicy",
     "EnvResolver",
     "HostError",
-    "SseFramer",
     "is_credential_shaped",
+    "MAX_REDIRECTS",
+    "SseFramer",
 ]

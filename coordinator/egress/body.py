@@ -14,11 +14,11 @@ import httpx
 from coordinator.egress.errors import HostError
 
 __all__ = [
-    "MOJIBAKE_MIN_CHARS",
-    "MOJIBAKE_RATIO",
     "charset_of",
     "decode_lossy",
     "is_text_like",
+    "MOJIBAKE_MIN_CHARS",
+    "MOJIBAKE_RATIO",
     "read_capped",
     "readable_text",
 ]
@@ -68,8 +68,8 @@ def _too_large() -> HostError:
         {
             "kind": "api",
             "message": "response too large: the body exceeded this provider's max_response_bytes",
-            "failure_kind": "malformed-response",
-        }
+        },
+        "malformed-response",
     )
 
 
@@ -83,8 +83,8 @@ def readable_text(response: httpx.Response, raw: bytes) -> str:
                 "kind": "api",
                 "message": f"unreadable body: the response is {media}, not text - "
                 "the endpoint sent binary content where the script expects text; check the URL",
-                "failure_kind": "malformed-response",
-            }
+            },
+            "malformed-response",
         )
     text = decode_lossy(response, raw)
     bad = text.count("\ufffd")
@@ -94,7 +94,7 @@ def readable_text(response: httpx.Response, raw: bytes) -> str:
                 "kind": "api",
                 "message": f"unreadable body: {bad} of {len(text)} characters did not decode as "
                 f"{charset_of(response)}, so the script did not read the page.",
-                "failure_kind": "malformed-response",
-            }
+            },
+            "malformed-response",
         )
     return text

@@ -18,10 +18,28 @@ __all__ = ["EnvResolver", "is_credential_shaped"]
 log = logging.getLogger(__name__)
 
 _CONTAINS = (
-    "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY", "API_KEY", "ACCESS_KEY",
-    "PRIVATE_KEY", "KEY", "_PAT", "SESSION", "COOKIE", "AUTH", "BEARER", "SIGNATURE", "SIGNING", "DSN",
-    "NETRC", "KUBECONFIG",
-)  # fmt: skip
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+    "APIKEY",
+    "API_KEY",
+    "ACCESS_KEY",
+    "PRIVATE_KEY",
+    "KEY",
+    "_PAT",
+    "SESSION",
+    "COOKIE",
+    "AUTH",
+    "BEARER",
+    "SIGNATURE",
+    "SIGNING",
+    "DSN",
+    "NETRC",
+    "KUBECONFIG",
+)
 _EQUALS = frozenset(
     {"DATABASE_URL", "DATABASE_DSN", "REDIS_URL", "MONGO_URL", "MONGODB_URI", "AMQP_URL", "SSH_AUTH_SOCK"}
 )

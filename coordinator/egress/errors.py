@@ -7,6 +7,8 @@ here and nowhere else (STYLE practice 2).
 from __future__ import annotations
 
 import http
+import socket
+import ssl
 from typing import Any
 
 import httpx
@@ -15,9 +17,9 @@ from coordinator.egress.policy import EgressDenied
 from proto.errors import RhaipoolError
 
 __all__ = [
-    "MAX_ERROR_BODY_CHARS",
-    "HostError",
     "denied_error",
+    "HostError",
+    "MAX_ERROR_BODY_CHARS",
     "reason_phrase",
     "status_error",
     "transport_error",
@@ -27,11 +29,16 @@ MAX_ERROR_BODY_CHARS = 4096
 
 
 class HostError(RhaipoolError):
-    """A host function failed; ``value`` is the map thrown into the script."""
+    """A host function failed; ``value`` is the map thrown into the script, exactly the reference's keys.
 
-    def __init__(self, value: dict[str, Any]) -> None:
+    ``failure_kind`` is what the coordinator worked out about the failure (one of the ten labels), kept
+    out of ``value`` so scripts see the same map as on the reference, and logged by the host handler.
+    """
+
+    def __init__(self, value: dict[str, Any], failure_kind: str | None = None) -> None:
         super().__init__(str(value.get("message", "")))
         self.value = value
+        self.failure_kind = failure_kind
 
 
 def reason_phrase(status: int) -> str:
@@ -52,13 +59,14 @@ def status_error(status: int, body: str, retry_after: str | None) -> HostError:
     if len(body) > MAX_ERROR_BODY_CHARS:
         body = body[:MAX_ERROR_BODY_CHARS] + "…"
     value = {"kind": "api", "message": f"HTTP {status} {reason_phrase(status)}: {body}"}
+    label = None
     if status >= 500:
-        value["failure_kind"] = "server-error"
+        label = "server-error"
     elif status == 404:
-        value["failure_kind"] = "not-found"
+        label = "not-found"
     elif status in (400, 413, 415, 422):
-        value["failure_kind"] = "bad-request"
-    return HostError(value)
+        label = "bad-request"
+    return HostError(value, label)
 
 
 def denied_error(exc: EgressDenied) -> HostError:
@@ -78,17 +86,27 @@ def _chain(exc: BaseException) -> str:
     return ": ".join(parts)
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
 def _failure_kind(exc: BaseException, text: str) -> str:
+    causes = _causes(exc)
     lowered = text.lower()
-    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+    if any(isinstance(c, (httpx.TimeoutException, TimeoutError)) for c in causes):
         return "timeout"
-    if "name or service not known" in lowered or "dns error" in lowered or "nodename nor servname" in lowered:
+    if any(isinstance(c, socket.gaierror) for c in causes) or "dns error" in lowered:
         return "dns-failure"
-    if "refused" in lowered:
+    if any(isinstance(c, ConnectionRefusedError) for c in causes) or "refused" in lowered:
         return "connection-refused"
-    if "ssl" in lowered or "certificate" in lowered or "tls" in lowered:
+    if any(isinstance(c, ssl.SSLError) for c in causes) or "certificate" in lowered:
         return "tls-failure"
-    if isinstance(exc, (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)):
+    if any(isinstance(c, (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)) for c in causes):
         return "connection-dropped"
     return "transport"
 
@@ -99,4 +117,4 @@ def transport_error(exc: BaseException, timeout: float | None = None) -> HostErr
         text = f"operation timed out: no complete answer within {timeout:g}s"
     else:
         text = _chain(exc)
-    return HostError({"kind": "transport", "message": text, "failure_kind": _failure_kind(exc, text)})
+    return HostError({"kind": "transport", "message": text}, _failure_kind(exc, text))

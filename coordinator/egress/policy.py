@@ -20,7 +20,12 @@ from urllib.parse import urlsplit
 
 from proto.errors import RhaipoolError
 
-__all__ = ["METADATA_ADDRESSES", "EgressDenied", "EgressPolicy", "host_of"]
+__all__ = [
+    "EgressDenied",
+    "EgressPolicy",
+    "host_of",
+    "METADATA_ADDRESSES",
+]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -124,7 +129,8 @@ class EgressPolicy:
             return True
         if any(c in METADATA_ADDRESSES for c in candidates):
             return False
-        return candidates[1].is_global
+        inner = candidates[1]
+        return inner.is_global and not inner.is_multicast and not ip.is_multicast
 
     def check_address(self, host: str, address: str) -> None:
         """Raise EgressDenied for an address the provider may not reach."""

@@ -1,4 +1,4 @@
-"""Provider configuration: the ``[model_providers.<name>]`` tables, discovery and script paths (SPEC §3.1, §3.2).
+"""Provider configuration: ``[model_providers.<name>]`` tables, discovery, script paths (SPEC §3.1, §3.2).
 
 A config file is read into frozen values; comparing two snapshots by value is what decides whether a
 cached provider is still good, so editing a ``base_url`` reloads the provider and re-reading an
@@ -7,6 +7,7 @@ unchanged file does not.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import tomllib
@@ -17,17 +18,17 @@ from typing import Any
 from proto.errors import RhaipoolError
 
 __all__ = [
+    "candidate_names",
     "DEFAULT_CONFIG_PATH",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_PROVIDERS_DIR",
     "DEFAULT_REQUEST_TIMEOUT_SECS",
-    "ProviderConfigError",
-    "ProviderTable",
-    "ProvidersConfig",
-    "RateLimit",
-    "candidate_names",
     "load_config",
     "parse_config",
+    "ProviderConfigError",
+    "ProvidersConfig",
+    "ProviderTable",
+    "RateLimit",
     "resolve_script",
 ]
 
@@ -247,8 +248,6 @@ def resolve_script(providers_dir: Path, name: str, override: str | None = None) 
 def candidate_names(config: ProvidersConfig) -> list[str]:
     """Config keys plus ``*.rhai`` stems in the providers directory (an unreadable directory adds none)."""
     names = {name for name, _ in config.providers}
-    try:
+    with contextlib.suppress(OSError):
         names.update(p.stem for p in config.providers_dir.glob("*.rhai") if p.is_file())
-    except OSError:
-        pass
     return sorted(names)

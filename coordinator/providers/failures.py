@@ -20,8 +20,12 @@ from typing import Any, ClassVar
 from proto.errors import RhaipoolError
 
 __all__ = [
-    "FAILURE_KINDS",
     "ApiError",
+    "classify_api_message",
+    "classify_thrown",
+    "decorate",
+    "error_from_dict",
+    "FAILURE_KINDS",
     "InvalidResponse",
     "Other",
     "ProviderError",
@@ -29,10 +33,6 @@ __all__ = [
     "RequestFailed",
     "TokenLimitExceeded",
     "Unavailable",
-    "classify_api_message",
-    "classify_thrown",
-    "decorate",
-    "error_from_dict",
     "value_text",
 ]
 
@@ -42,14 +42,14 @@ FAILURE_KINDS: dict[str, str] = {
     "connection-refused": (
         "nothing accepted the connection; check the provider is running and listening on that port"
     ),
-    "tls-failure": "the TLS handshake failed; check the certificate, the system clock and any proxy on the way",
-    "timeout": "the provider was reachable but did not answer in time; raise request_timeout_secs if it is slow",
-    "connection-dropped": "the connection closed before the answer was complete; a retry usually gets through",
+    "tls-failure": "the TLS handshake failed; check the certificate, the clock and any proxy on the way",
+    "timeout": "the provider did not answer in time; raise request_timeout_secs if it is just slow",
+    "connection-dropped": "the connection closed before the answer was complete; a retry often gets through",
     "transport": "the provider could not be reached; check the network path and base_url",
-    "bad-request": "the provider rejected the request itself; compare the body the script builds with the API docs",
+    "bad-request": "the provider rejected the request itself; compare the script's body with the API docs",
     "not-found": "the endpoint answered 404; check the base_url path and that the model id exists",
     "server-error": "the provider's own endpoint failed; this may pass on retry",
-    "malformed-response": "the answer could not be parsed; check the script's parsing against what the API returns",
+    "malformed-response": "the answer could not be parsed; check how the script parses the API's answer",
 }
 
 _CREDIT_PHRASES = (

@@ -1,4 +1,4 @@
-"""Binary ``parts`` of a response or chunk: bytes from a blob/byte list or base64, plus mime sniffing (SPEC §3.10).
+"""Binary ``parts`` of a response or chunk: bytes from a blob or base64, plus mime sniffing (SPEC §3.10).
 
 A part whose declared type is missing or unparsable is sniffed from its first bytes, provider
 ``@mime_type`` rows first and then a small built-in table, so an image a script forgot to label still
@@ -15,7 +15,12 @@ from typing import Any
 
 from coordinator.providers.metadata import MimeRow
 
-__all__ = ["OCTET_STREAM", "Part", "parse_parts", "sniff"]
+__all__ = [
+    "OCTET_STREAM",
+    "parse_parts",
+    "Part",
+    "sniff",
+]
 
 OCTET_STREAM = "application/octet-stream"
 _MIME = re.compile(

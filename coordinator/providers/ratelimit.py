@@ -1,4 +1,4 @@
-"""Per-provider rate limits owned by the coordinator: RPM and TPM sliding windows, 429 backoff (SPEC §3.18, §0).
+"""Per-provider rate limits owned by the coordinator: RPM and TPM windows, 429 backoff (SPEC §3.18, §0).
 
 One limiter per provider name, shared by every call in the coordinator whatever worker runs it, so
 the limits are global. Unlike the reference, ``tokens_per_minute`` is enforced: an attempt waits while
@@ -13,7 +13,7 @@ from collections import deque
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.config import RateLimit
 
-__all__ = ["WINDOW_SECS", "Backoff429", "RateLimiter"]
+__all__ = ["Backoff429", "RateLimiter", "WINDOW_SECS"]
 
 WINDOW_SECS = 60.0
 _SLACK = 0.05

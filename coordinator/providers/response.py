@@ -13,22 +13,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.providers.failures import InvalidResponse
-from coordinator.providers.parts import Part, parse_parts
 from coordinator.providers.metadata import MimeRow
+from coordinator.providers.parts import Part, parse_parts
 
 __all__ = [
     "Chunk",
-    "Response",
-    "TokenUsage",
-    "ToolCall",
-    "ToolCallDelta",
     "collapse",
     "finish_reason",
     "parse_chunk",
     "parse_response",
     "parse_usage",
+    "Response",
     "to_plain",
+    "TokenUsage",
+    "ToolCall",
+    "ToolCallDelta",
     "uint",
+    "Unconvertible",
 ]
 
 _FINISH = {
@@ -279,7 +280,9 @@ def collapse(response: Response) -> Chunk:
             index=i,
             id=call.id,
             name=call.name,
-            arguments_delta=json.dumps(call.arguments, separators=(",", ":"), ensure_ascii=False, sort_keys=True),
+            arguments_delta=json.dumps(
+                call.arguments, separators=(",", ":"), ensure_ascii=False, sort_keys=True
+            ),
             thought_signature=call.thought_signature,
         )
         for i, call in enumerate(response.tool_calls)

@@ -13,7 +13,12 @@ from typing import TypeVar
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.failures import ProviderError
 
-__all__ = ["MAX_TOTAL_SLEEP_SECS", "RetryPolicy", "delay_after", "run_with_retries"]
+__all__ = [
+    "delay_after",
+    "MAX_TOTAL_SLEEP_SECS",
+    "RetryPolicy",
+    "run_with_retries",
+]
 
 MAX_TOTAL_SLEEP_SECS = 300.0
 _CAPACITY_BASE_SECS = 15.0
@@ -34,9 +39,9 @@ def delay_after(error: ProviderError, attempt: int, policy: RetryPolicy) -> floa
     """Delay after failed attempt ``attempt`` (1-based), before the 300 s total clip."""
     if error.capacity:
         if error.retry_after is not None:
-            return min(error.retry_after, _CAPACITY_CAP_SECS)
-        return min(_CAPACITY_BASE_SECS * 2 ** (attempt - 1), _CAPACITY_CAP_SECS)
-    return policy.base_ms / 1000.0 * 2 ** (attempt - 1)
+            return min(float(error.retry_after), _CAPACITY_CAP_SECS)
+        return min(_CAPACITY_BASE_SECS * 2.0 ** (attempt - 1), _CAPACITY_CAP_SECS)
+    return policy.base_ms / 1000.0 * 2.0 ** (attempt - 1)
 
 
 async def run_with_retries(

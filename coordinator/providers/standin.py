@@ -21,7 +21,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["MODELS", "Reply", "Request", "StandinServer", "completion_reply", "main"]
+__all__ = [
+    "completion_reply",
+    "main",
+    "MODELS",
+    "Reply",
+    "Request",
+    "StandinServer",
+]
 
 MODELS = [
     {"id": "standin-small", "object": "model", "context_window": 8192},
@@ -50,7 +57,10 @@ class Request:
 
 @dataclass
 class Reply:
-    """What to answer: a status, headers and a body; a streamed body may contain float pauses."""
+    """What to answer: a status, headers and a body; a streamed body may contain float pauses.
+
+    Status 0 means: close the connection without answering (a dropped connection).
+    """
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
@@ -89,7 +99,9 @@ def completion_reply(body: Any) -> tuple[str, list[dict[str, Any]], dict[str, in
     calls: list[dict[str, Any]] = []
     if match and match.group(1) in tools:
         args = json.dumps({"query": text})
-        calls = [{"id": "call_1", "type": "function", "function": {"name": match.group(1), "arguments": args}}]
+        calls = [
+            {"id": "call_1", "type": "function", "function": {"name": match.group(1), "arguments": args}}
+        ]
         content = ""
     elif "Reply with exactly: PONG" in text:
         content = "PONG"
@@ -106,9 +118,16 @@ def _chat_json(body: dict[str, Any], content: str, calls: list[Any], usage: dict
     if calls:
         message["tool_calls"] = calls
     choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
-    usage = {**usage, "prompt_tokens_details": {"cached_tokens": 0}}
-    return Reply.json({"id": "chatcmpl-1", "object": "chat.completion", "model": body.get("model"),
-                       "choices": [choice], "usage": usage})  # fmt: skip
+    full: dict[str, Any] = {**usage, "prompt_tokens_details": {"cached_tokens": 0}}
+    return Reply.json(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": body.get("model"),
+            "choices": [choice],
+            "usage": full,
+        }
+    )
 
 
 def _sse(value: Any) -> bytes:
@@ -133,9 +152,10 @@ def _chat_stream(content: str, calls: list[Any], usage: dict[str, int], pause: f
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: avoid the 40 ms delayed-ACK stall
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         """Silence the default stderr access log."""
 
     def _handle(self) -> None:
@@ -156,6 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(reply)
 
     def _send(self, reply: Reply) -> None:
+        if reply.status == 0:
+            self.close_connection = True
+            return
         self.send_response(reply.status)
         for key, value in reply.headers.items():
             self.send_header(key, value)
@@ -184,6 +207,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
     owner: StandinServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up early is normal here (timeouts, cancelled streams)."""
 
 
 class StandinServer:

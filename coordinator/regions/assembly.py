@@ -68,7 +68,9 @@ def _hint_rank(hint: Any) -> int:
 
 def sort_system(blocks: Sequence[SystemBlock]) -> tuple[SystemBlock, ...]:
     """Stable sort by volatility (stable < grows < rewritten), then cache hint."""
-    return tuple(sorted(blocks, key=lambda b: (_VOLATILITY_RANK.get(b.volatility, 2), _hint_rank(b.cache_hint))))
+    return tuple(
+        sorted(blocks, key=lambda b: (_VOLATILITY_RANK.get(b.volatility, 2), _hint_rank(b.cache_hint)))
+    )
 
 
 def system_hash(blocks: Sequence[SystemBlock]) -> str:
@@ -121,7 +123,9 @@ def _place_breakpoint(messages: Sequence[Message], prefix_stable: bool) -> tuple
 
 def drop_empty(messages: Sequence[Message]) -> tuple[Message, ...]:
     """Drop messages whose text is blank or whose block list is empty."""
-    return tuple(m for m in messages if (not is_blank(m.content) if isinstance(m.content, str) else m.content))
+    return tuple(
+        m for m in messages if (not is_blank(m.content) if isinstance(m.content, str) else m.content)
+    )
 
 
 def ensure_turns(messages: Sequence[Message]) -> tuple[Message, ...]:

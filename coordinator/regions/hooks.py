@@ -21,6 +21,7 @@ __all__ = [
     "RegionState",
     "RenderMeta",
     "ScriptInfo",
+    "entry_ctx",
     "on_overflow_ctx",
     "on_write_ctx",
     "render_ctx",
@@ -104,11 +105,17 @@ class RegionState:
         }
 
 
-def render_ctx(region: RegionState, entries: Sequence[Entry], meta: RenderMeta) -> dict[str, Any]:
-    """The ``render(ctx)`` argument."""
+def entry_ctx(entry: Entry) -> dict[str, Any]:
+    """One entry as hooks see it (§1.5), ready for Rhai."""
+    ctx: dict[str, Any] = to_rhai_json(entry.to_ctx())
+    return ctx
+
+
+def render_ctx(region: RegionState, entries: Sequence[dict[str, Any]], meta: RenderMeta) -> dict[str, Any]:
+    """The ``render(ctx)`` argument; ``entries`` are ``entry_ctx`` dicts (callers may cache them)."""
     return {
         "region": region.to_json(),
-        "entries": [to_rhai_json(entry.to_ctx()) for entry in entries],
+        "entries": list(entries),
         "stage_name": meta.stage_name,
         "stage_iterations": meta.stage_iterations,
         "model": meta.model,
@@ -124,10 +131,12 @@ def on_write_ctx(region: RegionState, entry: Entry) -> dict[str, Any]:
     }
 
 
-def on_overflow_ctx(region: RegionState, entries: Sequence[Entry], needed_tokens: int) -> dict[str, Any]:
-    """The ``on_overflow(ctx)`` argument."""
+def on_overflow_ctx(
+    region: RegionState, entries: Sequence[dict[str, Any]], needed_tokens: int
+) -> dict[str, Any]:
+    """The ``on_overflow(ctx)`` argument; ``entries`` are ``entry_ctx`` dicts."""
     return {
         "region": region.to_json(),
-        "entries": [to_rhai_json(entry.to_ctx()) for entry in entries],
+        "entries": list(entries),
         "needed_tokens": needed_tokens,
     }

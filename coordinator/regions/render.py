@@ -123,12 +123,12 @@ def _message(index: int, item: Any) -> Message:
         return _user_results(where, role, item["tool_results"])
     if content is None:
         raise InvalidShape(f"{where} has no content")
-    return Message(role, content)
+    return Message("user" if role == "user" else "assistant", content)
 
 
 def _assistant_calls(where: str, role: str, content: str | None, calls: Any) -> Message:
     if role != "assistant":
-        raise InvalidShape(f"{where}: tool_calls need role \"assistant\"")
+        raise InvalidShape(f'{where}: tool_calls need role "assistant"')
     if not isinstance(calls, list):
         raise InvalidShape(f"{where}.tool_calls must be an array, not {_type_name(calls)}")
     blocks: list[dict[str, Any]] = []
@@ -146,7 +146,7 @@ def _assistant_calls(where: str, role: str, content: str | None, calls: Any) -> 
             "type": "tool_use",
             "id": call["id"],
             "name": call["name"],
-            "input": call["arguments"] if "arguments" in call else {},
+            "input": call.get("arguments", {}),  # present-but-null stays null
         }
         if isinstance(call.get("thought_signature"), str):
             block["thought_signature"] = call["thought_signature"]
@@ -156,7 +156,7 @@ def _assistant_calls(where: str, role: str, content: str | None, calls: Any) -> 
 
 def _user_results(where: str, role: str, results: Any) -> Message:
     if role != "user":
-        raise InvalidShape(f"{where}: tool_results need role \"user\"")
+        raise InvalidShape(f'{where}: tool_results need role "user"')
     if not isinstance(results, list):
         raise InvalidShape(f"{where}.tool_results must be an array, not {_type_name(results)}")
     blocks: list[dict[str, Any]] = []

@@ -21,6 +21,7 @@ from coordinator.regions.hooks import (
     RegionState,
     RenderMeta,
     ScriptInfo,
+    entry_ctx,
     on_overflow_ctx,
     on_write_ctx,
     render_ctx,
@@ -35,6 +36,7 @@ __all__ = ["Admission", "Region"]
 
 Admission = Literal["evict", "reject"]
 _log = logging.getLogger("rhaipool.regions")
+_log.addHandler(logging.NullHandler())  # a library logs; the host decides where it goes
 
 
 class Region:
@@ -60,7 +62,7 @@ class Region:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
             raise ValueError(f"region '{name}': budget must be a non-negative integer, got {budget!r}")
         if admission not in ("evict", "reject"):
-            raise ValueError(f"region '{name}': admission must be \"evict\" or \"reject\", got {admission!r}")
+            raise ValueError(f'region \'{name}\': admission must be "evict" or "reject", got {admission!r}')
         if volatility not in ("stable", "grows", "rewritten"):
             raise ValueError(f"region '{name}': unknown volatility {volatility!r}")
         self.name = name
@@ -71,6 +73,7 @@ class Region:
         self._runner = runner
         self._clock = clock
         self._entries: list[Entry] = []
+        self._wire: dict[int, tuple[Entry, dict[str, Any]]] = {}
         self._lock = asyncio.Lock()
 
     # -- state -----------------------------------------------------------
@@ -94,12 +97,31 @@ class Region:
         """The ``ctx.region`` object for the next hook call."""
         return RegionState(self.name, self.budget, self.current_tokens, len(self._entries))
 
+    def _entry_ctxs(self, entries: Sequence[Entry]) -> list[dict[str, Any]]:
+        """Hook-shaped entries, each built once: renders run every inference, entries rarely change."""
+        if len(self._wire) > 2 * len(entries) + 64:
+            self._wire = {id(e): pair for e in entries if (pair := self._wire.get(id(e))) and pair[0] is e}
+        out = []
+        for entry in entries:
+            cached = self._wire.get(id(entry))
+            if cached is None or cached[0] is not entry:
+                cached = (entry, entry_ctx(entry))
+                self._wire[id(entry)] = cached
+            out.append(cached[1])
+        return out
+
     def restore(self, entries: Iterable[Entry]) -> None:
         """Re-add entries (snapshot restore, layout swap): no ``on_write``, no budget check."""
         self._entries.extend(entries)
 
-    def clear(self) -> int:
-        """Remove every entry (an edge ``clear`` transform); returns the tokens freed."""
+    def clear(self, *, edge: bool = False) -> int:
+        """Remove every entry; returns the tokens freed.
+
+        ``edge=True`` is a stage-transition ``clear``/``compact`` transform, which a
+        persistent region is immune to (§1.3): it then does nothing.
+        """
+        if edge and self.persistent:
+            return 0
         freed = self.current_tokens
         self._entries.clear()
         return freed
@@ -218,7 +240,9 @@ class Region:
                 if refusal is None:
                     self._entries.append(entry)
                     return WriteReport("write", outcome, entry, dropped, warnings=tuple(warnings))
-        kind = "RegionFull" if isinstance(refusal, RegionFull) else "TokenBudgetExceeded"
+        kind: Literal["RegionFull", "TokenBudgetExceeded"] = (
+            "RegionFull" if isinstance(refusal, RegionFull) else "TokenBudgetExceeded"
+        )
         return WriteReport("write", "error", entry, dropped, str(refusal), kind, tuple(warnings))
 
     # -- on_overflow and eviction (§1.9) ----------------------------------
@@ -226,7 +250,9 @@ class Region:
     async def _overflow(self, needed: int, warnings: list[RegionWarning]) -> Removal:
         """Ask ``on_overflow`` what to drop and apply a valid answer; never raises."""
         entries = tuple(self._entries)
-        value, cause = await self._call("on_overflow", on_overflow_ctx(self.state(), entries, needed))
+        value, cause = await self._call(
+            "on_overflow", on_overflow_ctx(self.state(), self._entry_ctxs(entries), needed)
+        )
         if cause is not None:
             warnings.append(self._warning("on_overflow", f"{cause}; nothing dropped"))
             return remove_indices(entries, ())
@@ -299,7 +325,9 @@ class Region:
             entries = tuple(self._entries)
             if self._runner is None:
                 return self._fallback(entries, "no compiled script for this region")
-            value, cause = await self._call("render", render_ctx(self.state(), entries, meta))
+            value, cause = await self._call(
+                "render", render_ctx(self.state(), self._entry_ctxs(entries), meta)
+            )
         if cause is not None:
             return self._fallback(entries, cause)
         try:

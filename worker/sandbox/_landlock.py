@@ -63,7 +63,8 @@ def _err() -> str:
 
 def abi_version() -> tuple[int, str]:
     """Best ABI the kernel offers, or 0 with the reason Landlock is unusable."""
-    abi = int(libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)))
+    flags = ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    abi = int(libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), flags))
     if abi < 0:
         err = ctypes.get_errno()
         why = {errno.ENOSYS: "kernel built without Landlock", errno.EOPNOTSUPP: "Landlock disabled at boot"}
@@ -129,5 +130,17 @@ def apply(read_paths: Iterable[str], ipc_dir: str | None) -> LayerResult:
     if skipped:
         detail += f"; rules skipped: {skipped}"
     if ipc_dir:
-        detail += f"; ipc_dir {ipc_dir}: no rule needed (pathname-UDS connect is not mediated up to ABI 7)"
+        detail += f"; {_ipc_dir_note(ipc_dir)}"
     return True, detail
+
+
+def _ipc_dir_note(ipc_dir: str) -> str:
+    """The ipc directory needs no rule; say whether it is as private as the design expects."""
+    note = f"ipc_dir {ipc_dir}: no rule needed (pathname-UDS connect is not mediated up to ABI 7)"
+    try:
+        info = os.stat(ipc_dir)
+    except OSError as exc:
+        return f"{note}; WARNING: cannot stat it ({exc.strerror})"
+    if not stat.S_ISDIR(info.st_mode) or info.st_mode & 0o077:
+        return f"{note}; WARNING: not a 0700 directory (mode {stat.filemode(info.st_mode)})"
+    return note

@@ -59,6 +59,19 @@ def _env_var(name: str) -> str:
     return f"KeyError: {name!r} not in os.environ nor libc getenv; {proc}"
 
 
+def _unix_connect(path: str | None) -> str:
+    """A pathname socket outside the ipc directory: Landlock (ABI <= 7) does not stop this."""
+    if path is None:
+        return "not tried: no socket path given"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2.0)
+            sock.connect(path)
+    except OSError as exc:
+        return _describe(exc)
+    return SUCCEEDED
+
+
 def _execve() -> str:
     """Spawning is a seccomp matter (fork/exec denied); /bin/true is harmless if it runs."""
     try:
@@ -69,11 +82,14 @@ def _execve() -> str:
     return SUCCEEDED
 
 
-def probe(env_name: str = "RHAIPOOL_PROBE_SECRET", tcp_port: int | None = None) -> dict[str, str]:
+def probe(
+    env_name: str = "RHAIPOOL_PROBE_SECRET", tcp_port: int | None = None, unix_path: str | None = None
+) -> dict[str, str]:
     """Try the forbidden things now; call only after :func:`worker.sandbox.enter`."""
     return {
         "open_etc_passwd": _open_etc_passwd(),
         "tcp_connect_loopback": _tcp_connect(tcp_port),
         "env_var": _env_var(env_name),
         "execve": _execve(),
+        "unix_connect_outside_ipc_dir": _unix_connect(unix_path),
     }

@@ -1,0 +1,212 @@
+"""Benchmark: a region render through the pool vs the same render on an in-process engine.
+
+Both sides run the same ``Region.render`` (ctx building, interpretation,
+fallback checks); only the hook runner differs.  Run with::
+
+    python -m coordinator.bench.regions [--entries 10,100,1000,10000] [--repeat 50] [--json]
+
+Prints p50/p99 per size and the pool/in-process ratio measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import rhai
+
+from coordinator.regions.hooks import HookOutcome, RenderMeta, ScriptInfo
+from coordinator.regions.loading import RegionLoader
+from coordinator.regions.model import Entry
+from coordinator.regions.runtime import Region
+
+__all__ = ["BENCH_SCRIPT", "InProcessRunner", "Measurement", "main", "run_benchmark"]
+
+BENCH_SCRIPT = r"""
+fn render(ctx) {
+    let total = 0;
+    for e in ctx.entries { total += e.tokens; }
+    let n = ctx.entries.len();
+    let start = if n > 20 { n - 20 } else { 0 };
+    let out = `[${ctx.region.name}] ${n} entries, ${total} tokens\n`;
+    for i in start..n { out += ctx.entries[i].content + "\n"; }
+    out
+}
+"""
+"""A realistic render: one pass over every entry, then the newest twenty as text."""
+
+_REGION_LIMITS = {
+    "max_operations": 100_000,
+    "max_string_size": 1_000_000,
+    "max_array_size": 10_000,
+    "max_map_size": 10_000,
+    "max_call_levels": 64,
+    "max_expr_depth": 128,
+    "max_function_expr_depth": 128,
+}
+
+
+class InProcessRunner:
+    """The baseline: the same engine limits, called directly in this process."""
+
+    def __init__(self, source: str, name: str = "bench.rhai") -> None:
+        self._script = rhai.Engine(**_REGION_LIMITS, json_functions=False).compile(source, name=name)
+        names = {n for n, _ in self._script.functions}
+        sha = hashlib.sha256(source.encode()).hexdigest()
+        self.script = ScriptInfo(name, sha, "on_write" in names, "on_overflow" in names)
+
+    async def run_hook(self, hook: str, ctx: dict[str, Any]) -> HookOutcome:
+        """Call the hook on this thread (what an in-process host does)."""
+        try:
+            return HookOutcome.success(self._script.call(hook, ctx, timeout=5.0))
+        except rhai.RhaiError as exc:
+            return HookOutcome.failure(f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """Latency of one render, per side, at one region size (seconds)."""
+
+    entries: int
+    pool_p50: float
+    pool_p99: float
+    local_p50: float
+    local_p99: float
+    shipping: float = 0.0
+    """p50 of a do-nothing hook given these entries minus one given none: the cost of moving them."""
+    failure: str | None = None
+    """Why this size could not be measured (the render fell back on either side)."""
+
+    @property
+    def ratio(self) -> float:
+        """pool p50 / in-process p50."""
+        return self.pool_p50 / self.local_p50 if self.local_p50 else float("inf")
+
+
+def _fill(region: Region, count: int) -> None:
+    region.restore(
+        Entry(f"entry {i}: observed something worth keeping", 12, timestamp=i) for i in range(count)
+    )
+
+
+async def _timed(fn: Callable[[], Awaitable[Any]], repeat: int) -> list[float]:
+    await fn()  # warm: AST cached in the worker, caches hot
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        await fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def _p(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run_benchmark(
+    pool: Any, sizes: Sequence[int], repeat: int, source: str = BENCH_SCRIPT
+) -> list[Measurement]:
+    """Measure both sides at every size; the pool side goes through ``RegionLoader``."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.rhai"
+        path.write_text(source)
+        loader = RegionLoader(pool, timeout=10.0)
+        results = []
+        for size in sizes:
+            meta = RenderMeta("bench", 0, "m", size * 12, size * 24)
+            pooled = await loader.region("bench", str(path), budget=size * 24)
+            local = Region("bench", InProcessRunner(source), budget=size * 24)
+            _fill(pooled, size)
+            _fill(local, size)
+            probe, baseline = await pooled.render(meta), await local.render(meta)
+            if probe.fallback or baseline.fallback:
+                cause = "; ".join(w.cause for w in probe.warnings + baseline.warnings)
+                results.append(Measurement(size, 0.0, 0.0, 0.0, 0.0, failure=cause))
+                continue
+            remote = await _timed(lambda r=pooled, m=meta: r.render(m), repeat)  # type: ignore[misc]
+            inproc = await _timed(lambda r=local, m=meta: r.render(m), repeat)  # type: ignore[misc]
+            shipping = await _shipping_cost(pool, pooled, repeat)
+            results.append(
+                Measurement(
+                    size, _p(remote, 0.5), _p(remote, 0.99), _p(inproc, 0.5), _p(inproc, 0.99), shipping
+                )
+            )
+    return results
+
+
+async def _shipping_cost(pool: Any, region: Region, repeat: int) -> float:
+    """What carrying the entries to the worker costs, on a hook that does nothing."""
+    handle = await pool.load('fn render(ctx) { "" }', name="noop.rhai", kind="region")
+    full = {"entries": [entry.to_ctx() for entry in region.entries]}
+    with_entries = await _timed(lambda: pool.call(handle, "render", full, timeout=10.0), repeat)
+    without = await _timed(lambda: pool.call(handle, "render", {"entries": []}, timeout=10.0), repeat)
+    return max(0.0, _p(with_entries, 0.5) - _p(without, 0.5))
+
+
+def _report(results: Sequence[Measurement]) -> str:
+    head = ("entries", "pool p50", "pool p99", "local p50", "local p99", "ratio", "shipping")
+    lines = ["{:>8} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10}".format(*head)]
+    lines.extend(
+        f"{m.entries:>8} {m.pool_p50 * 1e3:>8.2f}ms {m.pool_p99 * 1e3:>8.2f}ms {m.local_p50 * 1e3:>8.2f}ms "
+        f"{m.local_p99 * 1e3:>8.2f}ms {m.ratio:>5.2f}x {m.shipping * 1e3:>8.2f}ms"
+        if m.failure is None
+        else f"{m.entries:>8}  not measured: {m.failure}"
+        for m in results
+    )
+    measured = [m for m in results if m.failure is None]
+    if len(measured) >= 2:
+        a, b = measured[0], measured[-1]
+        growth = (b.pool_p50 - a.pool_p50) / max(1, b.entries - a.entries)
+        median = statistics.median(m.ratio for m in measured)
+        lines.append(f"pool cost grows ~{growth * 1e6:.2f} µs per entry; median of ratios {median:.2f}x")
+    return "\n".join(lines)
+
+
+async def _main(sizes: Sequence[int], repeat: int, as_json: bool) -> None:
+    from coordinator.pool import Pool
+
+    async with Pool() as pool:
+        results = await run_benchmark(pool, sizes, repeat)
+    if as_json:
+        rows = [
+            {
+                "entries": m.entries,
+                "pool_p50": m.pool_p50,
+                "pool_p99": m.pool_p99,
+                "local_p50": m.local_p50,
+                "local_p99": m.local_p99,
+                "ratio": m.ratio if m.failure is None else None,
+                "shipping": m.shipping,
+                "failure": m.failure,
+            }
+            for m in results
+        ]
+        print(json.dumps(rows, indent=2))
+    else:
+        print(_report(results))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command-line entry (``python -m coordinator.bench.regions``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", default="10,100,1000,10000", help="comma-separated region sizes")
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.entries.split(",") if s.strip()]
+    asyncio.run(_main(sizes, args.repeat, args.json))
+
+
+if __name__ == "__main__":
+    main()

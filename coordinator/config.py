@@ -1,0 +1,107 @@
+"""Keyword-only, frozen pool configuration; every default is a ``DEFAULT_*`` constant here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_HEARTBEAT",
+    "DEFAULT_KILL_GRACE",
+    "DEFAULT_MEMORY_BYTES",
+    "DEFAULT_PROVIDER_CAPACITY",
+    "DEFAULT_QUEUE_SIZE",
+    "DEFAULT_WATCHDOG_RSS_BYTES",
+    "Deadlines",
+    "Limits",
+    "PoolConfig",
+    "Recycling",
+    "RetryPolicy",
+]
+
+DEFAULT_MEMORY_BYTES: Final = 2 << 30
+DEFAULT_WATCHDOG_RSS_BYTES: Final = 1 << 30
+DEFAULT_CALL_TIMEOUT: Final = 30.0
+DEFAULT_KILL_GRACE: Final = 1.0
+DEFAULT_HEARTBEAT: Final = 0.25
+DEFAULT_QUEUE_SIZE: Final = 10_000
+DEFAULT_PROVIDER_CAPACITY: Final = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Per-worker process limits (rlimits applied by the sandbox, RSS enforced by the watchdog)."""
+
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+    """RLIMIT_AS of each worker (address space, so thread stacks count)."""
+    watchdog_rss_bytes: int = DEFAULT_WATCHDOG_RSS_BYTES
+    """The coordinator kills a worker whose resident memory exceeds this (psutil)."""
+    cpu_seconds: int = 3600
+    open_files: int = 64
+    file_size: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deadlines:
+    """Layered deadlines: engine wall clock (``call``) → coordinator hard deadline (+``kill_grace``) → kill."""
+
+    call: float = DEFAULT_CALL_TIMEOUT
+    kill_grace: float = DEFAULT_KILL_GRACE
+    spawn: float = 30.0
+    heartbeat: float = DEFAULT_HEARTBEAT
+    liveness: int = 8
+    """A worker silent for ``liveness × heartbeat`` seconds (outside an inline call) is killed."""
+    queue: float = 60.0
+    """Longest a call may wait for a worker before it fails with ``Overloaded``."""
+    shutdown_grace: float = 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recycling:
+    """When a healthy worker is replaced by a warm spare (no call is failed or delayed)."""
+
+    max_calls: int = 100_000
+    max_age: float = 3600.0
+    max_rss_growth: int = 256 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Re-runs after worker deaths a call did not cause, and the quarantine circuit breaker."""
+
+    max_retries: int = 2
+    strikes: int = 3
+    """Worker deaths attributed to one script within ``window`` seconds that quarantine it."""
+    window: float = 60.0
+    quarantine: float = 30.0
+
+
+def _cpu_count() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolConfig:
+    """Everything a ``Pool`` needs; ``workers=None`` means one per usable CPU."""
+
+    workers: int | None = None
+    spares: int = 1
+    queue_size: int = DEFAULT_QUEUE_SIZE
+    provider_capacity: int = DEFAULT_PROVIDER_CAPACITY
+    """Concurrent threaded (provider/stream) calls one worker may hold."""
+    region_pipeline: int = 2
+    """Region calls queued at one worker (1 running + N-1 waiting): hides the round trip."""
+    stream_window: int = 16
+    """Un-acknowledged chunks allowed per stream, in each direction."""
+    probe: bool = False
+    """Test only: start workers with ``--probe`` so READY carries sandbox probe results."""
+    limits: Limits = field(default_factory=Limits)
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    recycling: Recycling = field(default_factory=Recycling)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def worker_count(self) -> int:
+        return self.workers if self.workers is not None else _cpu_count()

@@ -1,0 +1,129 @@
+"""Turning what a worker said (or how it died) into the one outcome a call ends with.
+
+Blame rules after a worker death (ARCHITECTURE §4):
+- our kill for ``deadline`` or ``memory`` blames the attempt we killed it for;
+- a death we did not cause by SIGKILL/SIGTERM is external (an operator, the OOM
+  killer's victim selection is not the script's doing) and blames nobody;
+- any other death we did not cause (abort, segfault, non-zero exit) blames the
+  inline call that was running, or the only threaded call if there was one;
+- our other kills (frozen, heartbeat lost, unreachable, closing) blame nobody.
+A blamed call fails and strikes its script; an unblamed call is re-run when safe.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING, Any
+
+from coordinator.calls import CallResult
+from coordinator.errors import (
+    CallFailed,
+    Cancelled,
+    CompileError,
+    LimitExceeded,
+    LoadError,
+    ScriptError,
+    ScriptTimeout,
+    WorkerCrashed,
+    WorkerLost,
+)
+from proto import Error, Result
+
+if TYPE_CHECKING:
+    from coordinator.calls import Attempt, Call
+    from coordinator.workers import Worker
+
+__all__ = ["blamed_attempt", "death_error", "fields", "from_error", "from_result", "may_rerun"]
+
+_EXTERNAL = (-signal.SIGKILL, -signal.SIGTERM)
+_BLAMING_KILLS = ("deadline", "memory", "protocol")
+
+
+def fields(call: Call, worker: Worker | None) -> dict[str, Any]:
+    """The structured fields every ``CallFailed`` carries."""
+    return {
+        "call_id": call.id,
+        "tenant": call.tenant,
+        "script": call.handle.name,
+        "sha": call.handle.sha256,
+        "worker_id": worker.id if worker is not None else "",
+    }
+
+
+def from_result(call: Call, worker: Worker, msg: Result) -> CallResult:
+    return CallResult(
+        msg.value, msg.wall, msg.cpu, msg.peak_rss, msg.ops, tuple(msg.output), worker.id, call.retries + 1
+    )
+
+
+def from_error(call: Call, worker: Worker, msg: Error) -> CallFailed | LoadError:
+    """Map a wire ERROR to the coordinator's tree (a load's compile error is a ``LoadError``)."""
+    if msg.cls == "CompileError" and call.op == "load":
+        return CompileError(
+            msg.message, name=call.handle.name, sha=call.handle.sha256, line=msg.line, column=msg.column
+        )
+    common = fields(call, worker) | {"cause": msg.kind or msg.cls}
+    if msg.cls == "LimitExceeded":
+        return LimitExceeded(msg.message, limit=msg.limit or "limit", rhai_class=msg.kind, **common)
+    if msg.cls == "ScriptTimeout":
+        return ScriptTimeout(msg.message, rhai_class=msg.kind, **common)
+    if msg.cls == "Cancelled":
+        return Cancelled(msg.message, **common)
+    if msg.cls == "Internal":
+        return WorkerCrashed(f"worker internal error: {msg.message}", exit_reason="internal error", **common)
+    return ScriptError(
+        msg.message,
+        rhai_class=msg.kind or msg.cls,
+        line=msg.line,
+        column=msg.column,
+        value=msg.value,
+        **common,
+    )
+
+
+def blamed_attempt(worker: Worker) -> Attempt | None:
+    """Which attempt, if any, caused this worker's death (see the module docstring)."""
+    if worker.kill_reason:
+        return worker.kill_target if worker.kill_reason in _BLAMING_KILLS else None
+    if worker.goodbye or worker.process.returncode in _EXTERNAL:
+        return None
+    if worker.head is not None:
+        return worker.head
+    attempts = list(worker.attempts.values())
+    return attempts[0] if len(attempts) == 1 else None
+
+
+def death_error(call: Call, worker: Worker, *, blamed: bool, why_not_rerun: str = "") -> CallFailed:
+    """The error of a call whose worker died: blamed → its own failure, else ``WorkerLost``."""
+    common = fields(call, worker)
+    reason = worker.exit_reason
+    if not blamed:
+        detail = f"; {why_not_rerun}" if why_not_rerun else ""
+        return WorkerLost(
+            f"worker {worker.id} was lost ({reason}){detail}", exit_reason=reason, cause=reason, **common
+        )
+    if worker.kill_reason == "deadline":
+        return ScriptTimeout(
+            f"no answer within its {call.timeout:g} s deadline; worker {worker.id} was killed",
+            cause=reason,
+            **common,
+        )
+    tail = worker.stderr_tail.decode("utf-8", "replace")
+    if worker.kill_reason == "memory" or "memory allocation" in tail or "MemoryError" in tail:
+        return LimitExceeded(
+            f"worker memory limit reached ({reason})", limit="memory", cause=reason, **common
+        )
+    return WorkerCrashed(
+        f"worker {worker.id} crashed while running it: {reason}", exit_reason=reason, cause=reason, **common
+    )
+
+
+def may_rerun(call: Call, max_retries: int) -> str:
+    """Empty if an unblamed call may be re-run elsewhere, else why not."""
+    if call.retries >= max_retries:
+        return f"already re-run {call.retries} time(s)"
+    if call.host_sent and call.handle.kind == "provider":
+        return "a host call (possible egress) was already sent"
+    if call.chunks:
+        return "chunks were already delivered"
+    return ""

@@ -1,0 +1,92 @@
+"""The provider runtime's only contact with the pool: load, call, stream, and error translation.
+
+Pool errors become provider errors here and nowhere else (SPEC §3.16 steps 1–4, §0 for our limits),
+so the rest of ``coordinator.providers`` speaks one error vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any, Final
+
+from coordinator import errors as pool_errors
+from coordinator.providers.failures import (
+    InvalidResponse,
+    Other,
+    ProviderError,
+    RequestFailed,
+    classify_thrown,
+)
+
+if TYPE_CHECKING:
+    from coordinator.calls import HostHandler
+    from coordinator.handles import ScriptHandle
+    from coordinator.pool import Pool
+
+__all__ = ["KIND", "PoolExecutor", "StreamEnd", "translate"]
+
+KIND: Final = "provider"
+
+
+class StreamEnd:
+    """Marks the end of a stream in :meth:`PoolExecutor.stream` output; ``value`` is the return value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def translate(exc: BaseException) -> ProviderError:
+    """Map a pool failure onto the provider error classes."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, pool_errors.ScriptError):
+        if exc.rhai_class == "ScriptThrow":
+            return classify_thrown(exc.value)
+        if exc.rhai_class == "InvalidValue":
+            return InvalidResponse(f"provider returned an unconvertible value: {exc.message}")
+        return Other(exc.message)
+    if isinstance(exc, pool_errors.LimitExceeded):
+        return Other(f"{exc.limit} limit exceeded: {exc.message}")
+    if isinstance(exc, pool_errors.WorkerCrashed):
+        return Other(f"the script's worker died ({exc.exit_reason or exc.message})")
+    if isinstance(exc, pool_errors.WorkerLost):
+        return Other(f"worker lost and the call could not be re-run safely: {exc.message}")
+    if isinstance(exc, (pool_errors.Overloaded, pool_errors.NoWorkerAvailable)):
+        return RequestFailed(f"script pool unavailable: {exc}")
+    if isinstance(exc, pool_errors.RhaipoolError):
+        return Other(str(exc))
+    return Other(f"provider script task failed: {type(exc).__name__}: {exc}")
+
+
+class PoolExecutor:
+    """Runs provider scripts on a :class:`~coordinator.pool.Pool`."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def load(self, source: str, name: str) -> ScriptHandle:
+        """Compile in a worker; raises the pool's LoadError/CompileError."""
+        return await self.pool.load(source, name=name, kind=KIND)
+
+    async def call(
+        self, handle: ScriptHandle, fn: str, args: list[Any], *, host: HostHandler, timeout: float
+    ) -> Any:
+        """One call; failures come out as ProviderError."""
+        try:
+            return await self.pool.call(handle, fn, *args, host=host, timeout=timeout)
+        except Exception as exc:
+            raise translate(exc) from exc
+
+    async def stream(
+        self, handle: ScriptHandle, fn: str, args: list[Any], *, host: HostHandler, timeout: float
+    ) -> AsyncGenerator[Any, None]:
+        """Chunks as the script emits them, then one :class:`StreamEnd`; failures as ProviderError."""
+        try:
+            stream = self.pool.stream(handle, fn, *args, host=host, timeout=timeout)
+            async for chunk in stream:
+                yield chunk
+        except Exception as exc:
+            raise translate(exc) from exc
+        yield StreamEnd(stream.value)

@@ -1,0 +1,155 @@
+"""The host-call handler of one provider call: ``http_get``, ``http_post``, ``stream_request``, ``env_var``.
+
+The worker blocks on a HOST_CALL; the pool hands it to :meth:`ProviderHost.call` (or ``stream``), which
+goes through the shared :class:`~coordinator.egress.Egress` under the provider's policy. Failures are
+thrown into the script as the maps of SPEC §3.16 via ``HostCallError``. ``sent`` records whether any
+request left the machine: the re-run rule after a worker death depends on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.egress import Egress, EgressPolicy, EnvResolver, HostError
+from coordinator.errors import HostCallError
+from coordinator.providers.clock import Clock, MonotonicClock
+from coordinator.providers.ratelimit import Backoff429
+
+__all__ = ["header_value", "ProviderHost"]
+
+log = logging.getLogger(__name__)
+
+_RHAI_TYPES = {
+    str: "string",
+    int: "i64",
+    float: "f64",
+    bool: "bool",
+    dict: "map",
+    list: "array",
+    bytes: "blob",
+}
+
+
+#: Argument types each HTTP host function is registered with (as in the reference).
+_SHAPES: dict[str, list[tuple[type, ...]]] = {
+    "http_get": [(str,), (str, dict)],
+    "http_post": [(str, str), (str, str, dict)],
+    "stream_request": [(str, str, dict)],
+}
+
+
+def header_value(value: Any) -> str:
+    """Headers are stringified the way Rhai prints values: ``5`` → ``"5"``, ``()`` → ``""``."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _not_found(name: str, args: list[Any]) -> HostCallError:
+    types = ", ".join(_RHAI_TYPES.get(type(a), type(a).__name__) if a is not None else "()" for a in args)
+    return HostCallError(f"Function not found: {name} ({types})")
+
+
+def _headers(value: Any) -> dict[str, str]:
+    return {str(k): header_value(v) for k, v in value.items()}
+
+
+@dataclass
+class ProviderHost:
+    """Serves one provider call's host functions; ``offline`` for ``initialize`` (no HTTP at all)."""
+
+    egress: Egress | None
+    policy: EgressPolicy
+    env: EnvResolver
+    timeout: float = 900.0
+    offline: bool = False
+    backoff: Backoff429 | None = None
+    clock: Clock = field(default_factory=MonotonicClock)
+    sent: bool = False
+    requests: int = 0
+
+    def _mark_sent(self) -> None:
+        self.sent = True
+        self.requests += 1
+
+    def _check(self, name: str, args: list[Any]) -> None:
+        """Argument types as the reference registers them; anything else is "function not found"."""
+        if self.offline or self.egress is None:
+            raise _not_found(name, args)
+        shapes = _SHAPES[name]
+        if not any(
+            len(s) == len(args) and all(isinstance(a, t) for a, t in zip(args, s, strict=False))
+            for s in shapes
+        ):
+            raise _not_found(name, args)
+
+    async def _on_error(self, err: HostError) -> HostCallError:
+        """Log it with its failure_kind; on 429 with a rate limit configured, sleep before the script sees it."""
+        log.info(
+            "provider %s: host request failed: %s",
+            self.policy.provider,
+            err,
+            extra={"provider": self.policy.provider, "failure_kind": err.failure_kind},
+        )
+        if self.backoff is not None and err.value.get("kind") == "rate_limited":
+            await self.clock.sleep(self.backoff.on_429(err.value.get("retry_after")))
+        return HostCallError(err.value)
+
+    async def call(self, name: str, args: list[Any]) -> Any:
+        """One unary host function."""
+        if name == "env_var":
+            return self.env.get(args[0] if args else None)
+        if name not in ("http_get", "http_post"):
+            raise _not_found(name, args)
+        self._check(name, args)
+        assert self.egress is not None
+        if name == "http_get":
+            method, url, body, headers = "GET", args[0], None, args[1] if len(args) > 1 else {}
+        else:
+            method, url, body, headers = "POST", args[0], args[1], args[2] if len(args) > 2 else {}
+        try:
+            text = await self.egress.fetch(
+                self.policy,
+                method,
+                url,
+                body=body,
+                headers=_headers(headers),
+                timeout=self.timeout,
+                on_send=self._mark_sent,
+            )
+        except HostError as err:
+            raise await self._on_error(err) from err
+        if self.backoff is not None:
+            self.backoff.on_success()
+        return text
+
+    async def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]:
+        """``stream_request``: SSE payload strings; HTTP errors are raised before any payload."""
+        if name != "stream_request":
+            raise _not_found(name, args)
+        self._check(name, args)
+        assert self.egress is not None
+        url, body, headers = args
+        try:
+            async for payload in self.egress.stream(
+                self.policy,
+                url,
+                body=body,
+                headers=_headers(headers),
+                timeout=self.timeout,
+                on_send=self._mark_sent,
+            ):
+                yield payload
+        except HostError as err:
+            log.info(
+                "provider %s: stream request failed: %s",
+                self.policy.provider,
+                err,
+                extra={"provider": self.policy.provider, "failure_kind": err.failure_kind},
+            )
+            raise HostCallError(err.value) from err

@@ -1,0 +1,212 @@
+"""Loading provider scripts and keeping them fresh (SPEC §3.1, §3.4).
+
+Nothing is loaded until a name is looked up. Each lookup stats the file: a cached provider is reused
+only while its mtime and its configuration are unchanged; otherwise it is recompiled and
+re-initialised. A failed load is never cached, so the next lookup tries again, and concurrent
+lookups of the same version share one load instead of compiling it many times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinator import errors as pool_errors
+from coordinator.egress import Egress, EgressPolicy, EnvResolver
+from coordinator.providers.config import ProvidersConfig, ProviderTable, resolve_script
+from coordinator.providers.executor import PoolExecutor
+from coordinator.providers.failures import ProviderError
+from coordinator.providers.host import ProviderHost
+from coordinator.providers.metadata import Metadata, parse_metadata
+from proto.errors import RhaipoolError
+
+__all__ = [
+    "check_functions",
+    "LoadedProvider",
+    "OPTIONAL",
+    "ProviderLoader",
+    "ProviderLoadError",
+    "ProviderNotFound",
+]
+
+log = logging.getLogger(__name__)
+
+#: Optional entry points, recognised by name *and* arity (a wrong arity means absent).
+OPTIONAL = {"stream": 3, "count_tokens": 3, "list_models": 1, "warm_models": 2}
+_REQUIRED = (("initialize", 1, "config", "parameter"), ("inference", 2, "state, request", "parameters"))
+
+
+class ProviderLoadError(RhaipoolError):
+    """The provider exists but could not be loaded; ``str()`` is the reference's message."""
+
+
+class ProviderNotFound(ProviderLoadError):
+    """No script of that name (or its path was refused)."""
+
+
+@dataclass(eq=False)
+class LoadedProvider:
+    """One loaded version of a provider: compiled handle, metadata, ``initialize`` state, policy."""
+
+    name: str
+    path: Path
+    mtime_ns: int
+    config_key: Any
+    metadata: Metadata
+    handle: Any
+    state: Any
+    functions: frozenset[tuple[str, int]]
+    table: ProviderTable | None
+    policy: EgressPolicy
+    env: EnvResolver
+    loaded_at: float = field(default=0.0)
+
+    def has(self, fn: str) -> bool:
+        """Whether an optional entry point exists with its required arity."""
+        return (fn, OPTIONAL[fn]) in self.functions
+
+
+def check_functions(name: str, functions: list[tuple[str, int]]) -> str | None:
+    """The first missing or mis-declared required function, judged by the first definition of each name."""
+    first: dict[str, int] = {}
+    for fn, arity in functions:
+        first.setdefault(fn, arity)
+    for fn, arity, params, noun in _REQUIRED:
+        if fn not in first:
+            return f"{name}: script must define fn {fn}({params})"
+        if first[fn] != arity:
+            return f"{name}: fn {fn} must take {arity} {noun} ({params}), found {first[fn]}"
+    return None
+
+
+def build_policy(name: str, config: ProvidersConfig, table: ProviderTable | None, state: Any) -> EgressPolicy:
+    """Allowed hosts: both ``base_url``s (config, initialize's state), ``allowed_hosts``, ``egress_allow``."""
+    state_url = state.get("base_url") if isinstance(state, dict) else None
+    return EgressPolicy.build(
+        name,
+        urls=(table.base_url if table else None, state_url if isinstance(state_url, str) else None),
+        allowed_hosts=table.allowed_hosts if table else (),
+        egress_allow=table.egress_allow if table else (),
+        max_response_bytes=(table.max_response_bytes if table else None) or config.max_response_bytes,
+    )
+
+
+def build_env(name: str, config: ProvidersConfig, table: ProviderTable | None) -> EnvResolver:
+    """``env_var`` view: the table's values and allow-list (plus the global one unless tenants)."""
+    own = table.allow_env_vars if table else ()
+    return EnvResolver.build(
+        name,
+        configured=table.env if table else (),
+        allow=own if config.tenants else own + config.allow_env_vars,
+        tenant_mode=config.tenants,
+    )
+
+
+class ProviderLoader:
+    """The per-name cache of loaded providers."""
+
+    def __init__(self, executor: PoolExecutor, egress: Egress | None, config: ProvidersConfig) -> None:
+        self.executor = executor
+        self.egress = egress
+        self.config = config
+        self._cache: dict[str, LoadedProvider] = {}
+        self._loading: dict[tuple[str, Path, int, Any], asyncio.Future[LoadedProvider]] = {}
+
+    def config_key(self, name: str) -> Any:
+        """Everything in the configuration that a loaded provider depends on."""
+        c = self.config
+        return (c.table(name), c.allow_env_vars, c.tenants, c.max_response_bytes, c.request_timeout_secs)
+
+    def path_of(self, name: str) -> Path:
+        """The script path; ProviderNotFound when it would escape the providers directory."""
+        table = self.config.table(name)
+        path = resolve_script(self.config.providers_dir, name, table.script if table else None)
+        if path is None:
+            raise ProviderNotFound("script provider path escapes the providers directory - refusing to load")
+        return path
+
+    async def get(self, name: str) -> LoadedProvider:
+        """The current version of ``name``, loading it if needed; raises ProviderLoadError."""
+        path = self.path_of(name)
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            self._cache.pop(name, None)
+            raise ProviderNotFound(f"no provider script {path}") from None
+        key = self.config_key(name)
+        cached = self._cache.get(name)
+        if cached is not None and (cached.path, cached.mtime_ns, cached.config_key) == (path, mtime, key):
+            return cached
+        flight = (name, path, mtime, key)
+        future = self._loading.get(flight)
+        if future is None:
+            future = asyncio.ensure_future(self._load(name, path, mtime, key))
+            self._loading[flight] = future
+            future.add_done_callback(lambda f: self._finished(flight, f))
+        try:
+            loaded = await asyncio.shield(future)
+        except ProviderLoadError:
+            self._cache.pop(name, None)
+            raise
+        self._cache[name] = loaded
+        return loaded
+
+    def _finished(self, flight: tuple[str, Path, int, Any], future: asyncio.Future[LoadedProvider]) -> None:
+        """Forget the flight; retrieve its exception so an abandoned load is never "unretrieved"."""
+        self._loading.pop(flight, None)
+        if not future.cancelled():
+            future.exception()
+
+    async def lookup(self, name: str) -> LoadedProvider | None:
+        """Like :meth:`get`, but a missing or broken provider is just absent (with a warning)."""
+        try:
+            return await self.get(name)
+        except ProviderNotFound:
+            return None
+        except ProviderLoadError as exc:
+            log.warning("script provider load failed: %s: %s", name, exc)
+            return None
+
+    async def _load(self, name: str, path: Path, mtime: int, key: Any) -> LoadedProvider:
+        """Read, parse metadata, compile, check entry points, run ``initialize`` offline."""
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ProviderLoadError(f"read provider script {path}: {exc}") from exc
+        metadata = parse_metadata(source)
+        try:
+            handle = await self.executor.load(source, name)
+        except pool_errors.LoadError as exc:
+            raise ProviderLoadError(f"compile provider script {name}: {exc.message}") from exc
+        functions = list(handle.functions)
+        problem = check_functions(name, functions)
+        if problem is not None:
+            raise ProviderLoadError(problem)
+        table = self.config.table(name)
+        env = build_env(name, self.config, table)
+        offline = ProviderHost(None, build_policy(name, self.config, table, None), env, offline=True)
+        config = table.init_config() if table else {}
+        try:
+            state = await self.executor.call(
+                handle, "initialize", [config], host=offline, timeout=self.config.request_timeout_secs
+            )
+        except ProviderError as exc:
+            raise ProviderLoadError(exc.message) from exc
+        return LoadedProvider(
+            name,
+            path,
+            mtime,
+            key,
+            metadata,
+            handle,
+            state,
+            frozenset(functions),
+            table,
+            build_policy(name, self.config, table, state),
+            env,
+            asyncio.get_running_loop().time(),
+        )

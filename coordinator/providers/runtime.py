@@ -1,0 +1,275 @@
+"""The provider runtime: every entry point of a script provider, with retries, limits and the token guard.
+
+caller ──▶ ProviderRuntime.inference(name, request)
+             │ loader.get(name)          (mtime/config reload, offline initialize)
+             │ guard                     (count_tokens when the request nears the window)
+             │ run_with_retries ─┐       (backoff schedule, 900 s job bound)
+             │                   ▼
+             │   RateLimiter.acquire     (RPM + TPM, global per provider)
+             │   pool.call(inference) ──▶ worker ──HOST_CALL──▶ ProviderHost ──▶ Egress
+             ▼
+           Response (normalised)         tokens recorded for TPM
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from coordinator.egress import Egress
+from coordinator.providers.clock import Clock, MonotonicClock
+from coordinator.providers.config import ProvidersConfig
+from coordinator.providers.executor import PoolExecutor, StreamEnd
+from coordinator.providers.failures import InvalidResponse, Other, ProviderError, TokenLimitExceeded
+from coordinator.providers.host import ProviderHost
+from coordinator.providers.loader import LoadedProvider, ProviderLoader
+from coordinator.providers.models import Capabilities, ModelInfo, capabilities, parse_models
+from coordinator.providers.ratelimit import Backoff429, RateLimiter
+from coordinator.providers.request import build_request, prompt_text
+from coordinator.providers.response import Chunk, Response, collapse, parse_chunk, parse_response, uint
+from coordinator.providers.retry import RetryPolicy, run_with_retries
+from coordinator.providers.tokens import count_by_model, estimate_bytes
+
+__all__ = ["ProviderRuntime"]
+
+
+class ProviderRuntime:
+    """Script providers by name; one per coordinator (rate limits are per provider, global)."""
+
+    def __init__(
+        self,
+        executor: PoolExecutor,
+        egress: Egress | None,
+        config: ProvidersConfig,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.loader = ProviderLoader(executor, egress, config)
+        self.executor = executor
+        self.egress = egress
+        self.clock = clock or MonotonicClock()
+        self._limiters: dict[str, tuple[Any, RateLimiter, Backoff429]] = {}
+        self._gates: dict[str, tuple[int, asyncio.Semaphore]] = {}
+
+    @property
+    def config(self) -> ProvidersConfig:
+        """The current configuration snapshot."""
+        return self.loader.config
+
+    def set_config(self, config: ProvidersConfig) -> None:
+        """A config reload: providers whose table changed reload on their next lookup."""
+        self.loader.config = config
+
+    async def get(self, name: str) -> LoadedProvider:
+        """The loaded provider (raises ProviderLoadError / ProviderNotFound)."""
+        return await self.loader.get(name)
+
+    async def lookup(self, name: str) -> LoadedProvider | None:
+        """The loaded provider, or None when it is missing or broken (a warning is logged)."""
+        return await self.loader.lookup(name)
+
+    def _limiter(self, provider: LoadedProvider) -> tuple[RateLimiter, Backoff429] | None:
+        limit = provider.table.rate_limit if provider.table else None
+        if limit is None:
+            self._limiters.pop(provider.name, None)
+            return None
+        entry = self._limiters.get(provider.name)
+        if entry is None or entry[0] != limit:
+            entry = (limit, RateLimiter(limit, self.clock), Backoff429())
+            self._limiters[provider.name] = entry
+        return entry[1], entry[2]
+
+    def _gate(self, provider: LoadedProvider) -> contextlib.AbstractAsyncContextManager[Any]:
+        """``[limits.max_concurrent_inferences_by_provider]``: at most N calls of this provider at once."""
+        limit = dict(self.config.max_concurrent).get(provider.name)
+        if limit is None:
+            return contextlib.nullcontext()
+        entry = self._gates.get(provider.name)
+        if entry is None or entry[0] != limit:
+            entry = self._gates[provider.name] = (limit, asyncio.Semaphore(limit))
+        return entry[1]
+
+    def _host(self, provider: LoadedProvider, timeout: float, backoff: Backoff429 | None) -> ProviderHost:
+        return ProviderHost(
+            self.egress, provider.policy, provider.env, timeout=timeout, backoff=backoff, clock=self.clock
+        )
+
+    def capabilities(self, provider: LoadedProvider, model: str) -> Capabilities:
+        """Metadata with ``[model_capabilities.<model>]`` overrides."""
+        return capabilities(provider.metadata, self.config.capabilities(model))
+
+    def request_for(self, provider: LoadedProvider, raw: Any) -> dict[str, Any]:
+        """Fill a caller's partial request with the defaults of SPEC §3.6 (RequestError if malformed)."""
+        model = raw.get("model") if isinstance(raw, dict) else None
+        caps = self.capabilities(provider, model or provider.metadata.default_model or "")
+        return build_request(raw, caps, provider.metadata.default_model)
+
+    # -- count_tokens / list_models -------------------------------------------------------------
+
+    async def count_tokens(self, provider: LoadedProvider, text: str, model: str) -> int:
+        """The script's count when it gives an INT (clamped at 0), else the heuristic by model id."""
+        if provider.has("count_tokens"):
+            host = self._host(provider, self.config.request_timeout_secs, None)
+            try:
+                value = await self.executor.call(
+                    provider.handle,
+                    "count_tokens",
+                    [provider.state, text, model],
+                    host=host,
+                    timeout=self.config.request_timeout_secs,
+                )
+            except ProviderError:
+                value = None
+            if isinstance(value, int) and not isinstance(value, bool):
+                return max(0, value)
+        return count_by_model(text, model)
+
+    async def list_models(self, provider: LoadedProvider) -> list[ModelInfo]:
+        """The script's own listing; no ``list_models`` means none. Errors propagate."""
+        if not provider.has("list_models"):
+            return []
+        host = self._host(provider, self.config.request_timeout_secs, None)
+        try:
+            value = await self.executor.call(
+                provider.handle,
+                "list_models",
+                [provider.state],
+                host=host,
+                timeout=self.config.request_timeout_secs,
+            )
+        except InvalidResponse:
+            return []  # an answer with no JSON form counts as no rows
+        return parse_models(value, provider.name)
+
+    async def warm_models(self, provider: LoadedProvider, models: list[str]) -> None:
+        """Optional warm-up ([U]); its result is ignored and so are its errors."""
+        if provider.has("warm_models"):
+            host = self._host(provider, self.config.request_timeout_secs, None)
+            with contextlib.suppress(ProviderError):
+                await self.executor.call(
+                    provider.handle,
+                    "warm_models",
+                    [provider.state, list(models)],
+                    host=host,
+                    timeout=self.config.request_timeout_secs,
+                )
+
+    # -- the guard ------------------------------------------------------------------------------
+
+    async def guard(self, provider: LoadedProvider, request: dict[str, Any]) -> None:
+        """Refuse a request that cannot fit the model's window, counting only when it is close (§3.12)."""
+        model, reply = request["model"], uint(request.get("max_tokens"))
+        window = self.capabilities(provider, model).max_context_tokens
+        text = prompt_text(request)
+        if self.config.exact_token_counting:
+            used = await self.count_tokens(provider, text, model)
+            if used + reply > window:
+                raise TokenLimitExceeded(f"Token limit exceeded: {used} > {window}")
+            return
+        if estimate_bytes(text) + reply < math.ceil(window / 2):
+            return
+        used = await self.count_tokens(provider, text, model)
+        if used + reply > window:
+            raise TokenLimitExceeded(
+                f"Token limit exceeded: the prompt's {used} tokens plus the {reply}-token reply budget "
+                f"(max_output_tokens) exceed the model's {window}-token context window"
+            )
+
+    # -- inference ------------------------------------------------------------------------------
+
+    def _timeouts(self, request: dict[str, Any]) -> tuple[float, float]:
+        """(per-request HTTP timeout, whole-job bound): the stage's ``request_timeout_secs`` else global."""
+        stage = request.get("request_timeout_secs")
+        value = float(stage) if isinstance(stage, int) and stage > 0 else self.config.request_timeout_secs
+        return value, value
+
+    async def _attempt(self, provider: LoadedProvider, request: dict[str, Any], timeout: float) -> Response:
+        async with self._gate(provider):
+            return await self._attempt_now(provider, request, timeout)
+
+    async def _attempt_now(
+        self, provider: LoadedProvider, request: dict[str, Any], timeout: float
+    ) -> Response:
+        limits = self._limiter(provider)
+        if limits is not None:
+            await limits[0].acquire()
+        host = self._host(provider, timeout, limits[1] if limits else None)
+        value = await self.executor.call(
+            provider.handle, "inference", [provider.state, request], host=host, timeout=timeout
+        )
+        response = parse_response(value, list(provider.metadata.mime_types))
+        if limits is not None:
+            limits[0].record_tokens(response.tokens_used.total_tokens)
+        return response
+
+    async def inference(self, name: str, raw_request: Any) -> Response:
+        """One inference with retries; raises ProviderError (or ProviderLoadError / RequestError)."""
+        provider = await self.get(name)
+        request = self.request_for(provider, raw_request)
+        await self.guard(provider, request)
+        return await self._run_inference(provider, request)
+
+    async def _run_inference(self, provider: LoadedProvider, request: dict[str, Any]) -> Response:
+        """Attempts under the retry policy and the whole-job bound."""
+        timeout, job = self._timeouts(request)
+        policy = RetryPolicy(self.config.retry_attempts, self.config.retry_base_ms)
+        try:
+            async with asyncio.timeout(job):
+                return await run_with_retries(
+                    lambda _n: self._attempt(provider, request, timeout), policy, self.clock
+                )
+        except TimeoutError:
+            raise Other(
+                f"inference exceeded the {job:g}s job timeout (request_timeout_secs); "
+                "the provider was still answering or being retried"
+            ) from None
+
+    # -- streaming ------------------------------------------------------------------------------
+
+    async def stream(self, name: str, raw_request: Any) -> AsyncIterator[Chunk | ProviderError]:
+        """Chunks as they are produced; a failure ends the stream with one error item (SPEC §3.11)."""
+        provider = await self.get(name)
+        request = self.request_for(provider, raw_request)
+        await self.guard(provider, request)
+        if not provider.has("stream"):
+            yield collapse(await self._run_inference(provider, request))
+            return
+        async with self._gate(provider), contextlib.aclosing(self._native_stream(provider, request)) as items:
+            async for item in items:
+                yield item
+
+    async def _native_stream(
+        self, provider: LoadedProvider, request: dict[str, Any]
+    ) -> AsyncGenerator[Any, None]:
+        """The script's ``stream``: one rate-limit acquire, then chunks (or one final error item)."""
+        timeout, job = self._timeouts(request)
+        limits = self._limiter(provider)
+        if limits is not None:
+            await limits[0].acquire()
+        host = self._host(provider, timeout, None)
+        rows = list(provider.metadata.mime_types)
+        emit = self.executor.stream(
+            provider.handle, "stream", [provider.state, request], host=host, timeout=job
+        )
+        most = 0
+        try:
+            async for item in emit:
+                if isinstance(item, StreamEnd):
+                    break
+                try:
+                    chunk = parse_chunk(item, rows)
+                except InvalidResponse as exc:
+                    yield exc
+                    continue
+                if chunk.tokens is not None:
+                    most = max(most, chunk.tokens.total_tokens)
+                yield chunk
+        except ProviderError as exc:
+            yield exc
+        finally:
+            await emit.aclose()
+            if limits is not None:
+                limits[0].record_tokens(most)

@@ -1,0 +1,112 @@
+"""The coordinator's ROUTER socket, driven by the event loop; the only place ``zmq`` errors are caught.
+
+zmq's file descriptor is edge-triggered: it signals "something changed", not
+"readable".  So the reader callback drains until ``EVENTS`` has no POLLIN, and
+every send re-checks ``EVENTS`` (a send can consume the edge that announced a
+pending message).  Frames are decoded here; a defect reaches the handler as a
+``ProtocolError`` instance instead of a message, never as a raised exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import zmq
+
+from proto import MAX_BODY_BYTES, Message, ProtocolError, decode, encode
+
+__all__ = ["Router"]
+
+log = logging.getLogger(__name__)
+
+_BATCH: Final = 512
+Handler = Callable[[bytes, Any], None]
+
+
+class Router:
+    """ROUTER bound at ``endpoint``; ``handler(identity, message_or_protocol_error)`` runs on the loop."""
+
+    def __init__(self, endpoint: str, handler: Handler) -> None:
+        self.endpoint = endpoint
+        self._handler = handler
+        self._context = zmq.Context(io_threads=1)
+        self._sock = self._context.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.SNDHWM, 0)
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_BODY_BYTES + 4096)
+        self._sock.bind(endpoint)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False
+        self.received = self.sent = self.undeliverable = 0
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        loop.add_reader(self._sock.FD, self._on_readable)
+        self._schedule()
+
+    def close(self) -> None:
+        if self._loop is not None and not self._sock.closed:
+            self._loop.remove_reader(self._sock.FD)
+        self._sock.close(0)
+        self._context.term()
+
+    def send(self, identity: bytes, message: Message) -> bool:
+        """Send without blocking; ``False`` if the peer is gone (the caller decides what that means)."""
+        return self.send_frames(identity, encode(message))
+
+    def send_frames(self, identity: bytes, frames: list[bytes]) -> bool:
+        try:
+            self._sock.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=len(frames[-1]) <= 65536)
+        except zmq.ZMQError as exc:  # EHOSTUNREACH (ROUTER_MANDATORY) or EAGAIN
+            self.undeliverable += 1
+            log.debug("cannot deliver to %s: %s", identity.hex(), exc)
+            return False
+        finally:
+            self._schedule_if_pending()
+        self.sent += 1
+        return True
+
+    def _schedule_if_pending(self) -> None:
+        if (
+            not self._scheduled
+            and not self._sock.closed
+            and int(self._sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN
+        ):
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if self._loop is not None and not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._on_readable)
+
+    def _on_readable(self) -> None:
+        self._scheduled = False
+        for _ in range(_BATCH):
+            if self._sock.closed:
+                return
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:
+                log.error("ROUTER receive failed: %s", exc)
+                return
+            self.received += 1
+            self._deliver(frames)
+        self._schedule()  # more may be waiting: yield to the loop, then continue
+
+    def _deliver(self, frames: list[bytes]) -> None:
+        identity, rest = frames[0], frames[1:]
+        try:
+            message: Any = decode(rest)
+        except ProtocolError as exc:
+            message = exc
+        try:
+            self._handler(identity, message)
+        except Exception:  # the handler is ours; still, nothing may escape into the event loop
+            log.exception("message handler failed")

@@ -1,0 +1,42 @@
+"""The fair queue: round robin across tenants, FIFO within one, front insertion for re-runs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from coordinator.queue import FairQueue
+
+
+def call(tenant: str, n: int) -> Any:
+    return SimpleNamespace(tenant=tenant, n=n)
+
+
+def drain(queue: FairQueue) -> list[tuple[str, int]]:
+    out = []
+    while len(queue):
+        head = next(queue.heads())
+        queue.pop(head)
+        out.append((head.tenant, head.n))
+    return out
+
+
+def test_a_flooding_tenant_cannot_starve_a_quiet_one() -> None:
+    queue = FairQueue()
+    for i in range(1000):
+        queue.push(call("flood", i))
+    queue.push(call("quiet", 0))
+    order = drain(queue)
+    assert order.index(("quiet", 0)) <= 2
+    assert [n for t, n in order if t == "flood"] == list(range(1000))
+
+
+def test_front_insertion_and_heads() -> None:
+    queue = FairQueue()
+    queue.push(call("a", 1))
+    queue.push(call("b", 1))
+    queue.push(call("b", 0), front=True)
+    assert [(c.tenant, c.n) for c in queue.heads()] == [("b", 0), ("a", 1)]
+    assert len(queue) == 3
+    queue.clear()
+    assert len(queue) == 0 and list(queue.heads()) == []

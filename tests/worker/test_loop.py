@@ -1,0 +1,219 @@
+"""A real worker process against a bare ROUTER socket: the worker's side of PROTOCOL.md.
+
+No coordinator is involved, so these tests pin down what any coordinator may rely on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import zmq
+
+from proto import (
+    SIGNATURE,
+    Call,
+    Cancel,
+    Chunk,
+    Command,
+    Credit,
+    Error,
+    Goodbye,
+    Heartbeat,
+    HostCall,
+    HostChunk,
+    HostReply,
+    Ready,
+    Result,
+    Shutdown,
+    decode,
+    encode,
+)
+
+SOURCE = """
+fn add(a, b) { a + b }
+fn fetch(u) { let r = http_get(u); r + "!" }
+fn guarded(u) { let r = ""; try { r = http_get(u); } catch (e) { r = "caught " + e.kind; } r }
+fn relay(u, on_chunk) { stream_request(u, "{}", #{}, |p| on_chunk.call(#{delta: p})); "done" }
+fn count(n, on_chunk) { for i in 0..n { on_chunk.call(i); } n }
+fn wait() { sleep(30); 1 }
+"""
+SHA = hashlib.sha256(SOURCE.encode()).hexdigest()
+
+
+class Bare:
+    """A ROUTER socket and one real worker connected to it."""
+
+    def __init__(self, tmp: str) -> None:
+        self.context = zmq.Context()
+        self.sock = self.context.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(f"ipc://{tmp}/w.sock")
+        self.identity = secrets.token_bytes(8)
+        cmd = [sys.executable, "-I", "-m", "worker", "--connect", f"ipc://{tmp}/w.sock"]
+        cmd += ["--identity", self.identity.hex(), "--parent-pid", str(os.getpid()), "--heartbeat", "0.2"]
+        self.proc = subprocess.Popen(cmd, env={"PATH": "/usr/bin:/bin"}, cwd=tmp, stderr=subprocess.PIPE)
+        self.ids = iter(range(1, 10**6))
+
+    def send(self, message: Any) -> None:
+        self.sock.send_multipart([self.identity, *encode(message)])
+
+    def recv(self, timeout: float = 20.0, skip_heartbeats: bool = True) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.sock.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                raise TimeoutError("worker said nothing")
+            identity, *frames = self.sock.recv_multipart()
+            assert identity == self.identity
+            message = decode(frames)
+            if not (skip_heartbeats and isinstance(message, Heartbeat)):
+                return message
+
+    def call(
+        self, fn: str, args: list[Any], *, op: str = "call", kind: str = "provider", source: bool = True
+    ) -> int:
+        call_id = next(self.ids)
+        self.send(Call(call_id, op, kind, SHA, fn, args, 10.0, "t", "t.rhai", SOURCE if source else None, 2))
+        return call_id
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        self.sock.close()
+        self.context.term()
+
+
+@pytest.fixture
+def bare() -> Iterator[Bare]:
+    with tempfile.TemporaryDirectory() as tmp:
+        peer = Bare(tmp)
+        try:
+            ready = peer.recv()
+            assert isinstance(ready, Ready)
+            peer.ready = ready  # type: ignore[attr-defined]
+            yield peer
+        finally:
+            peer.close()
+
+
+def test_ready_reports_pid_version_and_sandbox(bare: Bare) -> None:
+    ready = bare.ready  # type: ignore[attr-defined]
+    assert ready.pid == bare.proc.pid and ready.versions == [1] and ready.capacity >= 1
+    assert ready.sandbox and all({"active", "detail"} <= set(layer) for layer in ready.sandbox.values())
+
+
+def test_load_call_and_cache_miss(bare: Bare) -> None:
+    load = bare.call("", [], op="load", kind="region")
+    reply = bare.recv()
+    assert isinstance(reply, Result) and reply.id == load
+    assert ["add", 2] in reply.value["functions"]
+    call = bare.call("add", [2, 3], kind="region", source=False)
+    reply = bare.recv()
+    assert (reply.id, reply.value) == (call, 5) and reply.wall > 0 and reply.peak_rss > 0
+    miss = bare.call("add", [1, 1], kind="provider", source=False)  # cached per kind: provider AST absent
+    reply = bare.recv()
+    assert isinstance(reply, Error) and (reply.id, reply.cls) == (miss, "ScriptMissing")
+
+
+def test_host_call_round_trip_and_thrown_reply(bare: Bare) -> None:
+    call = bare.call("fetch", ["http://x"])
+    host = bare.recv()
+    assert isinstance(host, HostCall) and (host.id, host.hid, host.name, host.args) == (
+        call,
+        1,
+        "http_get",
+        ["http://x"],
+    )
+    bare.send(HostReply(call, 1, True, "body"))
+    assert bare.recv().value == "body!"
+    call = bare.call("guarded", ["http://y"], source=False)
+    host = bare.recv()
+    bare.send(HostReply(call, host.hid, False, {"kind": "api", "message": "HTTP 500"}))
+    assert bare.recv().value == "caught api"
+
+
+def test_stream_request_chunks_are_credited(bare: Bare) -> None:
+    call = bare.call("relay", ["http://s"], op="stream")
+    host = bare.recv()
+    assert host.name == "stream_request" and host.args == ["http://s", "{}", {}]
+    for seq, payload in enumerate(["a", "b"]):
+        bare.send(HostChunk(call, host.hid, seq, payload))
+    got = [bare.recv() for _ in range(4)]  # two CHUNKs out, two CREDITs back, in some order
+    chunks = [m for m in got if isinstance(m, Chunk)]
+    credits = [m for m in got if isinstance(m, Credit)]
+    assert [c.value for c in chunks] == [{"delta": "a"}, {"delta": "b"}] and len(credits) == 2
+    assert all(c.hid == host.hid for c in credits)
+    bare.send(HostReply(call, host.hid, True, None))
+    assert bare.recv().value == "done"
+
+
+def test_output_stream_waits_for_credit(bare: Bare) -> None:
+    call = bare.call("count", [5], op="stream")  # window is 2
+    first = [bare.recv(), bare.recv()]
+    assert [m.value for m in first] == [0, 1]
+    with pytest.raises(TimeoutError):
+        bare.recv(timeout=0.5)
+    bare.send(Credit(call, 0, 3))
+    rest = [bare.recv() for _ in range(4)]
+    assert [m.value for m in rest[:3]] == [2, 3, 4] and isinstance(rest[3], Result) and rest[3].value == 5
+
+
+def test_cancel_then_shutdown_says_goodbye(bare: Bare) -> None:
+    call = bare.call("wait", [])
+    bare.send(Cancel(call))
+    reply = bare.recv()
+    assert isinstance(reply, Error) and (reply.id, reply.cls) == (call, "Cancelled")
+    bare.send(Shutdown("test"))
+    assert isinstance(bare.recv(), Goodbye)
+    assert bare.proc.wait(timeout=10) == 0
+
+
+def test_invalid_messages_are_dropped_and_serving_continues(bare: Bare) -> None:
+    for frames in (
+        [b"junk"],
+        [SIGNATURE + bytes((Command.CALL,)) + b"\xc1"],
+        [b"RHP\x09\x10\x80"],
+        [b"a", b"b"],
+    ):
+        bare.sock.send_multipart([bare.identity, *frames])
+    bare.call("add", [20, 22], kind="region")
+    assert bare.recv().value == 42
+    assert bare.proc.poll() is None
+
+
+def test_heartbeats_flow(bare: Bare) -> None:
+    beat = bare.recv(skip_heartbeats=False)
+    assert isinstance(beat, Heartbeat) and "calls" in beat.stats
+
+
+def test_exits_when_parent_is_gone() -> None:
+    """PDEATHSIG plus the parent check: an orphaned worker does not linger."""
+    with tempfile.TemporaryDirectory() as tmp:
+        code = (
+            "import subprocess, sys, os;"
+            f"p = subprocess.Popen([sys.executable, '-I', '-m', 'worker', '--connect', 'ipc://{tmp}/x.sock',"
+            "'--identity', '00', '--parent-pid', str(os.getpid())]); print(p.pid, flush=True); os._exit(0)"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+        )
+        pid = int(out.stdout.split()[0])
+        import psutil
+
+        try:
+            proc = psutil.Process(pid)
+            proc.wait(timeout=5)
+        except psutil.NoSuchProcess:
+            pass
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
