@@ -139,7 +139,12 @@ pub fn take_report() -> CallReport {
         operations: st.operations.get(),
         pending: st.pending.take(),
     })
-    .unwrap_or(CallReport { output: Vec::new(), truncated: false, operations: 0, pending: None })
+    .unwrap_or(CallReport {
+        output: Vec::new(),
+        truncated: false,
+        operations: 0,
+        pending: None,
+    })
 }
 
 impl CallState {
@@ -189,7 +194,7 @@ pub fn on_progress(ops: u64) -> Option<Dynamic> {
         }
         if st.check_signals && ops.wrapping_sub(st.last_signal_check.get()) >= 1 << 16 {
             st.last_signal_check.set(ops);
-            if let Err(e) = Python::attach(|py| py.check_signals()) {
+            if let Err(e) = Python::attach(Python::check_signals) {
                 *st.pending.borrow_mut() = Some(e);
                 return Some(Dynamic::from(TOKEN_SIGNAL));
             }
@@ -202,5 +207,9 @@ pub fn on_progress(ops: u64) -> Option<Dynamic> {
 /// Seconds left before the innermost call's deadline (for host functions' own timeouts).
 #[pyfunction]
 pub fn current_call_remaining() -> Option<f64> {
-    with_top(|st| st.deadline.map(|d| d.saturating_duration_since(Instant::now()).as_secs_f64())).flatten()
+    with_top(|st| {
+        st.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()).as_secs_f64())
+    })
+    .flatten()
 }

@@ -17,7 +17,9 @@
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
+};
 use rhai::{Array, Blob, Dynamic, ImmutableString, Map};
 
 use crate::host;
@@ -41,7 +43,11 @@ enum ConvKind {
 
 impl ConvError {
     fn new(kind: ConvKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), path: Vec::new() }
+        Self {
+            kind,
+            message: message.into(),
+            path: Vec::new(),
+        }
     }
     fn at(mut self, segment: String) -> Self {
         self.path.push(segment);
@@ -69,7 +75,10 @@ impl From<PyErr> for ConvError {
 }
 
 fn too_deep() -> ConvError {
-    ConvError::new(ConvKind::Value, format!("nesting deeper than {MAX_DEPTH} levels"))
+    ConvError::new(
+        ConvKind::Value,
+        format!("nesting deeper than {MAX_DEPTH} levels"),
+    )
 }
 
 /// Python -> Rhai. `depth` counts containers entered so far.
@@ -86,14 +95,20 @@ pub fn to_dynamic(obj: &Bound<'_, PyAny>, depth: usize) -> Result<Dynamic, ConvE
     if obj.cast::<PyInt>().is_ok() {
         return match obj.extract::<i64>() {
             Ok(i) => Ok(Dynamic::from_int(i)),
-            Err(_) => Err(ConvError::new(ConvKind::Overflow, "int does not fit in a 64-bit signed integer")),
+            Err(_) => Err(ConvError::new(
+                ConvKind::Overflow,
+                "int does not fit in a 64-bit signed integer",
+            )),
         };
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
         return Ok(Dynamic::from_float(f.value()));
     }
     if depth >= MAX_DEPTH {
-        if obj.cast::<PyDict>().is_ok() || obj.cast::<PyList>().is_ok() || obj.cast::<PyTuple>().is_ok() {
+        if obj.cast::<PyDict>().is_ok()
+            || obj.cast::<PyList>().is_ok()
+            || obj.cast::<PyTuple>().is_ok()
+        {
             return Err(too_deep());
         }
     }
@@ -101,8 +116,15 @@ pub fn to_dynamic(obj: &Bound<'_, PyAny>, depth: usize) -> Result<Dynamic, ConvE
         let mut map = Map::new();
         for (k, v) in d.iter() {
             let Ok(key) = k.cast::<PyString>() else {
-                let tn = k.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-                return Err(ConvError::new(ConvKind::Type, format!("map keys must be str, not {tn}")));
+                let tn = k
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default();
+                return Err(ConvError::new(
+                    ConvKind::Type,
+                    format!("map keys must be str, not {tn}"),
+                ));
             };
             let key = key.to_str()?;
             let value = to_dynamic(&v, depth + 1).map_err(|e| e.at(format!("[{key:?}]")))?;
@@ -129,8 +151,15 @@ pub fn to_dynamic(obj: &Bound<'_, PyAny>, depth: usize) -> Result<Dynamic, ConvE
     if let Some(fp) = host::fnptr_from_python(obj)? {
         return Ok(Dynamic::from(fp));
     }
-    let tn = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-    Err(ConvError::new(ConvKind::Type, format!("cannot pass a {tn} to a script")))
+    let tn = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    Err(ConvError::new(
+        ConvKind::Type,
+        format!("cannot pass a {tn} to a script"),
+    ))
 }
 
 fn seq_to_dynamic<'py>(
@@ -167,7 +196,11 @@ impl<'py> KeyCache<'py> {
 }
 
 /// Rhai -> Python. Maps come back with keys in sorted (byte) order.
-pub fn to_python<'py>(py: Python<'py>, value: &Dynamic, depth: usize) -> Result<Bound<'py, PyAny>, ConvError> {
+pub fn to_python<'py>(
+    py: Python<'py>,
+    value: &Dynamic,
+    depth: usize,
+) -> Result<Bound<'py, PyAny>, ConvError> {
     to_python_cached(py, value, depth, &mut KeyCache { slots: Vec::new() })
 }
 
@@ -202,7 +235,8 @@ fn to_python_cached<'py>(
         if let Ok(map) = value.as_map_ref() {
             let dict = PyDict::new(py);
             for (k, v) in map.iter() {
-                let pv = to_python_cached(py, v, depth + 1, keys).map_err(|e| e.at(format!("[{:?}]", k.as_str())))?;
+                let pv = to_python_cached(py, v, depth + 1, keys)
+                    .map_err(|e| e.at(format!("[{:?}]", k.as_str())))?;
                 dict.set_item(keys.get(py, k.as_str()), pv)?;
             }
             return Ok(dict.into_any());
@@ -210,7 +244,9 @@ fn to_python_cached<'py>(
         if let Ok(arr) = value.as_array_ref() {
             let mut items = Vec::with_capacity(arr.len());
             for (i, v) in arr.iter().enumerate() {
-                items.push(to_python_cached(py, v, depth + 1, keys).map_err(|e| e.at(format!("[{i}]")))?);
+                items.push(
+                    to_python_cached(py, v, depth + 1, keys).map_err(|e| e.at(format!("[{i}]")))?,
+                );
             }
             return Ok(PyList::new(py, items)?.into_any());
         }
@@ -223,7 +259,13 @@ fn to_python_cached<'py>(
             return Ok(host::fnptr_to_python(py, fp)?);
         }
     }
-    Err(ConvError::new(ConvKind::Type, format!("a script value of type {} has no Python form", value.type_name())))
+    Err(ConvError::new(
+        ConvKind::Type,
+        format!(
+            "a script value of type {} has no Python form",
+            value.type_name()
+        ),
+    ))
 }
 
 /// Converts call arguments, naming the bad one as `args[i]...`.
@@ -235,6 +277,10 @@ pub fn args_to_dynamic(args: &Bound<'_, PyTuple>) -> PyResult<Vec<Dynamic>> {
     Ok(out)
 }
 
-pub fn value_to_python<'py>(py: Python<'py>, value: &Dynamic, root: &str) -> PyResult<Bound<'py, PyAny>> {
+pub fn value_to_python<'py>(
+    py: Python<'py>,
+    value: &Dynamic,
+    root: &str,
+) -> PyResult<Bound<'py, PyAny>> {
     to_python(py, value, 0).map_err(|e| e.into_pyerr(root))
 }

@@ -72,7 +72,8 @@ pub struct Engine {
 
 fn std_package() -> Shared<rhai::Module> {
     static PKG: OnceLock<Shared<rhai::Module>> = OnceLock::new();
-    PKG.get_or_init(|| StandardPackage::new().as_shared_module()).clone()
+    PKG.get_or_init(|| StandardPackage::new().as_shared_module())
+        .clone()
 }
 
 fn lock_err<T>(_: T) -> PyErr {
@@ -124,7 +125,9 @@ impl Engine {
             max_functions as u64,
         ];
         if all.contains(&0) {
-            return Err(PyValueError::new_err("every limit must be a positive integer (0 would mean unlimited or none)"));
+            return Err(PyValueError::new_err(
+                "every limit must be a positive integer (0 would mean unlimited or none)",
+            ));
         }
         Ok(Self {
             limits,
@@ -141,23 +144,42 @@ impl Engine {
     /// With `types`, registers exactly one typed signature instead; typed functions
     /// take precedence over the standard library's functions of the same signature.
     #[pyo3(signature = (name, func, *, types=None))]
-    fn register_fn(&self, py: Python<'_>, name: &str, func: Bound<'_, PyAny>, types: Option<Vec<String>>) -> PyResult<()> {
+    fn register_fn(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        func: Bound<'_, PyAny>,
+        types: Option<Vec<String>>,
+    ) -> PyResult<()> {
         if !func.is_callable() {
             return Err(PyValueError::new_err("register_fn needs a callable"));
         }
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(PyValueError::new_err(format!("{name:?} is not a valid script function name")));
+            return Err(PyValueError::new_err(format!(
+                "{name:?} is not a valid script function name"
+            )));
         }
         let signatures: Vec<Vec<TypeId>> = match types {
             Some(t) => vec![t.iter().map(|n| type_id(n)).collect::<PyResult<_>>()?],
             None => {
-                let arities: Vec<usize> = py.import("rhai._arity")?.getattr("arities")?.call1((&func,))?.extract()?;
-                arities.into_iter().map(|n| vec![TypeId::of::<Dynamic>(); n]).collect()
+                let arities: Vec<usize> = py
+                    .import("rhai._arity")?
+                    .getattr("arities")?
+                    .call1((&func,))?
+                    .extract()?;
+                arities
+                    .into_iter()
+                    .map(|n| vec![TypeId::of::<Dynamic>(); n])
+                    .collect()
             }
         };
         let mut fns = self.functions.lock().map_err(lock_err)?;
         fns.retain(|r| !(r.name == name && r.signatures == signatures));
-        fns.push(Registered { name: name.to_string(), func: Arc::new(func.unbind()), signatures });
+        fns.push(Registered {
+            name: name.to_string(),
+            func: Arc::new(func.unbind()),
+            signatures,
+        });
         *self.built.lock().map_err(lock_err)? = None;
         Ok(())
     }
@@ -170,7 +192,13 @@ impl Engine {
         match compiled {
             Ok(mut ast) => {
                 ast.set_source(name);
-                Ok(script::Script::new(engine, ast, name.to_string(), self.output_limit, self.check_argument_sizes))
+                Ok(script::Script::new(
+                    engine,
+                    ast,
+                    name.to_string(),
+                    self.output_limit,
+                    self.check_argument_sizes,
+                ))
             }
             Err(e) => Err(errors::compile_error(py, &e, name)),
         }
@@ -220,15 +248,22 @@ fn build(l: &Limits, json_functions: bool) -> rhai::Engine {
     e.on_debug(|s, _src, _pos| {
         context::with_top(|st| st.record_output(s));
     });
-    e.register_fn("sleep", |ctx: NativeCallContext, secs: rhai::INT| bounded_sleep(&ctx, secs as f64));
-    e.register_fn("sleep", |ctx: NativeCallContext, secs: rhai::FLOAT| bounded_sleep(&ctx, secs));
+    #[allow(clippy::cast_precision_loss)] // whole seconds far below 2^52
+    e.register_fn("sleep", |ctx: NativeCallContext, secs: rhai::INT| {
+        bounded_sleep(&ctx, secs as f64)
+    });
+    e.register_fn("sleep", |ctx: NativeCallContext, secs: rhai::FLOAT| {
+        bounded_sleep(&ctx, secs)
+    });
     register_json(&mut e, json_functions);
     e
 }
 
 fn to_json_fn(ctx: &NativeCallContext, v: &Dynamic) -> Result<ImmutableString, Box<EvalAltResult>> {
     let _ = ctx;
-    json::dump(v).map(Into::into).map_err(|m| format!("to_json: {m}").into())
+    json::dump(v)
+        .map(Into::into)
+        .map_err(|m| format!("to_json: {m}").into())
 }
 
 fn not_found(name: &str, pos: Position) -> Box<EvalAltResult> {
@@ -238,20 +273,34 @@ fn not_found(name: &str, pos: Position) -> Box<EvalAltResult> {
 /// Correct JSON functions; with `json_functions=False` (region hooks) only the
 /// map method stays (Rhai has it built in, now with correct escaping).
 fn register_json(e: &mut rhai::Engine, full: bool) {
-    e.register_fn("to_json", |ctx: NativeCallContext, m: Map| to_json_fn(&ctx, &Dynamic::from_map(m)));
+    e.register_fn("to_json", |ctx: NativeCallContext, m: Map| {
+        to_json_fn(&ctx, &Dynamic::from_map(m))
+    });
     if full {
-        e.register_fn("to_json", |ctx: NativeCallContext, v: Dynamic| to_json_fn(&ctx, &v));
-        e.register_fn("parse_json", |ctx: NativeCallContext, text: ImmutableString| {
-            let _ = ctx;
-            json::load(&text).map_err(|m| -> Box<EvalAltResult> { format!("parse_json: {m}").into() })
+        e.register_fn("to_json", |ctx: NativeCallContext, v: Dynamic| {
+            to_json_fn(&ctx, &v)
         });
+        e.register_fn(
+            "parse_json",
+            |ctx: NativeCallContext, text: ImmutableString| {
+                let _ = ctx;
+                json::load(&text)
+                    .map_err(|m| -> Box<EvalAltResult> { format!("parse_json: {m}").into() })
+            },
+        );
     } else {
-        e.register_fn("to_json", |ctx: NativeCallContext, _v: Dynamic| -> Result<Dynamic, Box<EvalAltResult>> {
-            Err(not_found("to_json", ctx.call_position()))
-        });
-        e.register_fn("parse_json", |ctx: NativeCallContext, _t: ImmutableString| -> Result<Dynamic, Box<EvalAltResult>> {
-            Err(not_found("parse_json (string)", ctx.call_position()))
-        });
+        e.register_fn(
+            "to_json",
+            |ctx: NativeCallContext, _v: Dynamic| -> Result<Dynamic, Box<EvalAltResult>> {
+                Err(not_found("to_json", ctx.call_position()))
+            },
+        );
+        e.register_fn(
+            "parse_json",
+            |ctx: NativeCallContext, _t: ImmutableString| -> Result<Dynamic, Box<EvalAltResult>> {
+                Err(not_found("parse_json (string)", ctx.call_position()))
+            },
+        );
     }
 }
 
@@ -263,8 +312,15 @@ fn bounded_sleep(ctx: &NativeCallContext, secs: f64) -> Result<(), Box<EvalAltRe
     let end = Instant::now() + Duration::from_secs_f64(secs.min(1e9));
     loop {
         if let Some(reason) = context::with_top(context::CallState::stop_reason).flatten() {
-            let token = if reason == TOKEN_CANCELLED { TOKEN_CANCELLED } else { context::TOKEN_DEADLINE };
-            return Err(Box::new(EvalAltResult::ErrorTerminated(Dynamic::from(token), ctx.call_position())));
+            let token = if reason == TOKEN_CANCELLED {
+                TOKEN_CANCELLED
+            } else {
+                context::TOKEN_DEADLINE
+            };
+            return Err(Box::new(EvalAltResult::ErrorTerminated(
+                Dynamic::from(token),
+                ctx.call_position(),
+            )));
         }
         let now = Instant::now();
         if now >= end {

@@ -16,7 +16,10 @@ use crate::convert;
 
 fn variant_name(err: &impl std::fmt::Debug) -> String {
     let text = format!("{err:?}");
-    text.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or("").to_string()
+    text.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .next()
+        .unwrap_or("")
+        .to_string()
 }
 
 fn pos_fields(pos: Position) -> (Option<usize>, Option<usize>) {
@@ -52,7 +55,15 @@ fn build(
 
 pub fn compile_error(py: Python<'_>, err: &ParseError, script: &str) -> PyErr {
     let kind = variant_name(err.err_type());
-    build(py, "CompileError", &err.err_type().to_string(), err.position(), script, &kind, None)
+    build(
+        py,
+        "CompileError",
+        &err.err_type().to_string(),
+        err.position(),
+        script,
+        &kind,
+        None,
+    )
 }
 
 /// A short human message for a thrown value: its `message` field, the string, or its text.
@@ -84,19 +95,27 @@ pub fn map_error(py: Python<'_>, err: &EvalAltResult, script: &str) -> PyErr {
         }
         err = inner.as_ref();
     }
-    let pos = if err.position().is_none() { outer_pos } else { err.position() };
+    let pos = if err.position().is_none() {
+        outer_pos
+    } else {
+        err.position()
+    };
     let kind = variant_name(err);
     let extra = PyDict::new(py);
     if let Ok(t) = PyTuple::new(py, frames) {
         let _ = extra.set_item("frames", t);
     }
-    let b = |class: &str, message: &str| build(py, class, message, pos, script, &kind, Some(&extra));
+    let b =
+        |class: &str, message: &str| build(py, class, message, pos, script, &kind, Some(&extra));
     match err {
         EvalAltResult::ErrorSystem(msg, inner) => match inner.downcast_ref::<PyErr>() {
             Some(pyerr) => {
                 let pyerr = pyerr.clone_ref(py);
                 let (l, _) = pos_fields(pos);
-                let note = format!("raised in a host function called by script {script} at line {}", l.unwrap_or(0));
+                let note = format!(
+                    "raised in a host function called by script {script} at line {}",
+                    l.unwrap_or(0)
+                );
                 let _ = pyerr.value(py).call_method1("add_note", (note,));
                 pyerr
             }

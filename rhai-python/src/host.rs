@@ -65,12 +65,20 @@ impl Callback {
     }
 
     #[pyo3(signature = (*args))]
-    fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if !self.alive.load(Ordering::SeqCst) {
-            return Err(PyRuntimeError::new_err("script callback used after its host call returned"));
+            return Err(PyRuntimeError::new_err(
+                "script callback used after its host call returned",
+            ));
         }
         if std::thread::current().id() != self.thread {
-            return Err(PyRuntimeError::new_err("script callback called from another thread"));
+            return Err(PyRuntimeError::new_err(
+                "script callback called from another thread",
+            ));
         }
         let args = convert::args_to_dynamic(args)?;
         let result = py.detach(|| {
@@ -140,19 +148,30 @@ fn call_python(
             let v = (**a).clone();
             match arg_to_python(py, ctx, v, &alive) {
                 Ok(obj) => py_args.push(obj),
-                Err(e) => return Err(pyerr_to_engine(py, e.into_pyerr(&format!("host argument {i}")))),
+                Err(e) => {
+                    return Err(pyerr_to_engine(
+                        py,
+                        e.into_pyerr(&format!("host argument {i}")),
+                    ))
+                }
             }
         }
         let out = PyTuple::new(py, py_args)
             .and_then(|t| func.bind(py).call1(t))
             .map_err(|e| pyerr_to_engine(py, e))
-            .and_then(|r| convert::to_dynamic(&r, 0).map_err(|e| pyerr_to_engine(py, e.into_pyerr("host result"))));
+            .and_then(|r| {
+                convert::to_dynamic(&r, 0)
+                    .map_err(|e| pyerr_to_engine(py, e.into_pyerr("host result")))
+            });
         alive.store(false, Ordering::SeqCst);
         out
     });
     // Host functions run outside `on_progress`: re-check the deadline at once.
     if let Some(reason) = context::with_top(context::CallState::stop_reason).flatten() {
-        return Err(Box::new(EvalAltResult::ErrorTerminated(Dynamic::from(reason), ctx.call_position())));
+        return Err(Box::new(EvalAltResult::ErrorTerminated(
+            Dynamic::from(reason),
+            ctx.call_position(),
+        )));
     }
     result
 }
@@ -185,12 +204,19 @@ fn arg_to_python<'py>(
 }
 
 /// Registers `func` as `name` once per parameter-type signature.
-pub fn register(engine: &mut rhai::Engine, name: &str, func: &Arc<Py<PyAny>>, signatures: &[Vec<std::any::TypeId>]) {
+pub fn register(
+    engine: &mut rhai::Engine,
+    name: &str,
+    func: &Arc<Py<PyAny>>,
+    signatures: &[Vec<std::any::TypeId>],
+) {
     for types in signatures {
         let f = func.clone();
-        engine.register_raw_fn(name, types.clone(), move |ctx: NativeCallContext, args: &mut [&mut Dynamic]| {
-            call_python(&ctx, &f, args)
-        });
+        engine.register_raw_fn(
+            name,
+            types.clone(),
+            move |ctx: NativeCallContext, args: &mut [&mut Dynamic]| call_python(&ctx, &f, args),
+        );
     }
 }
 
@@ -213,9 +239,10 @@ pub fn fnptr_from_python(obj: &Bound<'_, PyAny>) -> PyResult<Option<rhai::FnPtr>
     let func = Arc::new(obj.clone().unbind());
     context::with_top(|st| st.callables.borrow_mut().insert(name.clone(), func.clone()));
     #[allow(deprecated)]
-    let fp = rhai::FnPtr::from_fn(name, move |ctx: NativeCallContext, args: &mut [&mut Dynamic]| {
-        call_python(&ctx, &func, args)
-    })
+    let fp = rhai::FnPtr::from_fn(
+        name,
+        move |ctx: NativeCallContext, args: &mut [&mut Dynamic]| call_python(&ctx, &func, args),
+    )
     .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     Ok(Some(fp))
 }

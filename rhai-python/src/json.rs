@@ -38,7 +38,11 @@ pub fn to_value(v: &Dynamic, depth: usize) -> Result<Value, String> {
         return Ok(Value::String(s.as_str().to_string()));
     }
     if let Ok(arr) = v.as_array_ref() {
-        return arr.iter().map(|x| to_value(x, depth + 1)).collect::<Result<Vec<_>, _>>().map(Value::Array);
+        return arr
+            .iter()
+            .map(|x| to_value(x, depth + 1))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array);
     }
     if let Ok(map) = v.as_map_ref() {
         let mut obj = serde_json::Map::new();
@@ -60,7 +64,9 @@ pub fn from_value(v: Value) -> Dynamic {
             None => Dynamic::from_float(n.as_f64().unwrap_or(f64::NAN)),
         },
         Value::String(s) => Dynamic::from(ImmutableString::from(s)),
-        Value::Array(items) => Dynamic::from_array(items.into_iter().map(from_value).collect::<Array>()),
+        Value::Array(items) => {
+            Dynamic::from_array(items.into_iter().map(from_value).collect::<Array>())
+        }
         Value::Object(obj) => {
             let mut map = Map::new();
             for (k, x) in obj {
@@ -76,7 +82,9 @@ pub fn dump(v: &Dynamic) -> Result<String, String> {
 }
 
 pub fn load(text: &str) -> Result<Dynamic, String> {
-    serde_json::from_str::<Value>(text).map(from_value).map_err(|e| e.to_string())
+    serde_json::from_str::<Value>(text)
+        .map(from_value)
+        .map_err(|e| e.to_string())
 }
 
 /// `to_json(value) -> str`: the compact, key-sorted JSON text of a value.

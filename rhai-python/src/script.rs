@@ -52,7 +52,13 @@ pub struct Script {
 }
 
 impl Script {
-    pub fn new(engine: Arc<rhai::Engine>, ast: AST, name: String, output_limit: usize, check_argument_sizes: bool) -> Self {
+    pub fn new(
+        engine: Arc<rhai::Engine>,
+        ast: AST,
+        name: String,
+        output_limit: usize,
+        check_argument_sizes: bool,
+    ) -> Self {
         let mut functions: Vec<(String, usize)> = ast
             .iter_functions()
             .filter(|f| f.access == FnAccess::Public && f.this_type.is_none())
@@ -60,7 +66,14 @@ impl Script {
             .collect();
         functions.sort();
         functions.dedup();
-        Self { engine, ast, name, functions, output_limit, check_argument_sizes }
+        Self {
+            engine,
+            ast,
+            name,
+            functions,
+            output_limit,
+            check_argument_sizes,
+        }
     }
 
     fn run(
@@ -72,17 +85,29 @@ impl Script {
         cancel: Option<&CancelToken>,
     ) -> PyResult<(Py<PyAny>, context::CallReport, f64)> {
         if !self.has_function(fn_name, args.len()) {
-            let err = rhai::EvalAltResult::ErrorFunctionNotFound(format!("{fn_name}/{}", args.len()), rhai::Position::NONE);
+            let err = rhai::EvalAltResult::ErrorFunctionNotFound(
+                format!("{fn_name}/{}", args.len()),
+                rhai::Position::NONE,
+            );
             return Err(errors::runtime_error(py, Box::new(err), &self.name));
         }
         let deadline = match timeout {
-            Some(t) if !(t.is_finite() && t >= 0.0) => return Err(PyValueError::new_err("timeout must be a non-negative number of seconds")),
+            Some(t) if !(t.is_finite() && t >= 0.0) => {
+                return Err(PyValueError::new_err(
+                    "timeout must be a non-negative number of seconds",
+                ))
+            }
             Some(t) => Some(Instant::now() + Duration::from_secs_f64(t.min(1e9))),
             None => None,
         };
         let cancel_flag: Option<Arc<AtomicBool>> = cancel.map(|c| c.flag.clone());
-        let guard = context::push(self.engine.clone(), deadline, cancel_flag, self.output_limit)
-            .map_err(errors::reentrancy_error)?;
+        let guard = context::push(
+            self.engine.clone(),
+            deadline,
+            cancel_flag,
+            self.output_limit,
+        )
+        .map_err(errors::reentrancy_error)?;
         let dyn_args = convert::args_to_dynamic(args)?;
         for a in dyn_args.iter().filter(|_| self.check_argument_sizes) {
             if let Err(e) = self.engine.ensure_data_size_within_limits(a) {
@@ -92,13 +117,21 @@ impl Script {
         let started = Instant::now();
         let result = py.detach(|| {
             let mut scope = Scope::new();
-            self.engine.call_fn_with_options::<Dynamic>(CallFnOptions::new(), &mut scope, &self.ast, fn_name, dyn_args)
+            self.engine.call_fn_with_options::<Dynamic>(
+                CallFnOptions::new(),
+                &mut scope,
+                &self.ast,
+                fn_name,
+                dyn_args,
+            )
         });
         let elapsed = started.elapsed().as_secs_f64();
         let report = context::take_report();
         // Convert while this call's table of Python callables is still in place.
         let outcome = match result {
-            Ok(v) => convert::value_to_python(py, &v, "result").map(|v| (v.unbind(), report, elapsed)),
+            Ok(v) => {
+                convert::value_to_python(py, &v, "result").map(|v| (v.unbind(), report, elapsed))
+            }
             Err(e) => {
                 if let Some(p) = report.pending {
                     Err(p)
