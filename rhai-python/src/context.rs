@@ -194,7 +194,9 @@ pub fn on_progress(ops: u64) -> Option<Dynamic> {
         }
         if st.check_signals && ops.wrapping_sub(st.last_signal_check.get()) >= 1 << 16 {
             st.last_signal_check.set(ops);
-            if let Err(e) = Python::attach(Python::check_signals) {
+            #[allow(clippy::redundant_closure_for_method_calls)]
+            // the method form does not type-check
+            if let Err(e) = Python::attach(|py| py.check_signals()) {
                 *st.pending.borrow_mut() = Some(e);
                 return Some(Dynamic::from(TOKEN_SIGNAL));
             }
