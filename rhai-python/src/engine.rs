@@ -159,19 +159,18 @@ impl Engine {
                 "{name:?} is not a valid script function name"
             )));
         }
-        let signatures: Vec<Vec<TypeId>> = match types {
-            Some(t) => vec![t.iter().map(|n| type_id(n)).collect::<PyResult<_>>()?],
-            None => {
-                let arities: Vec<usize> = py
-                    .import("rhai._arity")?
-                    .getattr("arities")?
-                    .call1((&func,))?
-                    .extract()?;
-                arities
-                    .into_iter()
-                    .map(|n| vec![TypeId::of::<Dynamic>(); n])
-                    .collect()
-            }
+        let signatures: Vec<Vec<TypeId>> = if let Some(t) = types {
+            vec![t.iter().map(|n| type_id(n)).collect::<PyResult<_>>()?]
+        } else {
+            let arities: Vec<usize> = py
+                .import("rhai._arity")?
+                .getattr("arities")?
+                .call1((&func,))?
+                .extract()?;
+            arities
+                .into_iter()
+                .map(|n| vec![TypeId::of::<Dynamic>(); n])
+                .collect()
         };
         let mut fns = self.functions.lock().map_err(lock_err)?;
         fns.retain(|r| !(r.name == name && r.signatures == signatures));
