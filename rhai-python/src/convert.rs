@@ -211,20 +211,32 @@ fn to_python_cached<'py>(
     if value.is_unit() {
         return Ok(py.None().into_bound(py));
     }
-    if let Ok(s) = value.as_immutable_string_ref() {
-        return Ok(PyString::new(py, s.as_str()).into_any());
+    // `is_*` first: a failed `as_*` builds its error from `type_name()`, which
+    // costs more than the check itself on this hot path.
+    if value.is_string() {
+        if let Ok(s) = value.as_immutable_string_ref() {
+            return Ok(PyString::new(py, s.as_str()).into_any());
+        }
     }
-    if let Ok(i) = value.as_int() {
-        return Ok(PyInt::new(py, i).into_any());
+    if value.is_int() {
+        if let Ok(i) = value.as_int() {
+            return Ok(PyInt::new(py, i).into_any());
+        }
     }
-    if let Ok(b) = value.as_bool() {
-        return Ok(PyBool::new(py, b).to_owned().into_any());
+    if value.is_bool() {
+        if let Ok(b) = value.as_bool() {
+            return Ok(PyBool::new(py, b).to_owned().into_any());
+        }
     }
-    if let Ok(f) = value.as_float() {
-        return Ok(PyFloat::new(py, f).into_any());
+    if value.is_float() {
+        if let Ok(f) = value.as_float() {
+            return Ok(PyFloat::new(py, f).into_any());
+        }
     }
-    if let Ok(c) = value.as_char() {
-        return Ok(PyString::new(py, c.encode_utf8(&mut [0; 4])).into_any());
+    if value.is_char() {
+        if let Ok(c) = value.as_char() {
+            return Ok(PyString::new(py, c.encode_utf8(&mut [0; 4])).into_any());
+        }
     }
     if value.is_map() || value.is_array() {
         if depth >= MAX_DEPTH {
