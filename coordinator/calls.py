@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from coordinator.handles import ScriptHandle
     from coordinator.workers import Worker
 
-__all__ = ["Attempt", "Call", "CallResult", "CallStream", "HostHandler", "InvalidChunk"]
+__all__ = ["Attempt", "Call", "CallResult", "CallStream", "HostHandler", "InvalidChunk", "Resident"]
 
 
 class HostHandler(Protocol):
@@ -38,6 +38,26 @@ class HostHandler(Protocol):
     async def call(self, name: str, args: list[Any]) -> Any: ...
 
     def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]: ...
+
+
+class Resident(Protocol):
+    """What ``pool.call(..., resident=...)`` takes: entries kept in the worker, sent whole or as a delta.
+
+    ``coordinator.regions.resident.ResidentCall`` is the implementation; the
+    worker splices the list into ``args[0]["entries"]`` (RHP §6.3).
+    """
+
+    def holds(self, worker_id: str) -> bool:
+        """Whether ``worker_id`` is believed to hold the base version (routing prefers it)."""
+        ...
+
+    def wire(self, worker_id: str) -> dict[str, Any]:
+        """The CALL's ``resident`` field for ``worker_id`` (a delta only if it holds the base)."""
+        ...
+
+    def lost(self, worker_id: str) -> bool:
+        """The worker answered ``ResidentMissing``; ``True`` if resending the whole list may help."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,11 +153,20 @@ class Call:
     host_sent: bool = False
     chunks: int = 0
     attempt: Attempt | None = None
+    resident: Resident | None = None
 
     @property
     def inline(self) -> bool:
         """Region calls and loads run on the worker's loop thread, one at a time."""
         return self.op == "load" or (self.op == "call" and self.handle.kind == "region")
+
+    def resident_elsewhere(self, worker_id: str) -> bool:
+        """Routing: this call's resident entries are not believed to be at ``worker_id``."""
+        return self.resident is not None and not self.resident.holds(worker_id)
+
+    def resend_whole(self, worker_id: str, error_cls: str) -> bool:
+        """The worker failed us with ``error_cls``: ``True`` if it lost our resident list and a resend helps."""
+        return error_cls == "ResidentMissing" and self.resident is not None and self.resident.lost(worker_id)
 
     @property
     def done(self) -> bool:

@@ -121,7 +121,8 @@ class Dispatcher:
                 depth = len(worker.inline)
                 if depth >= self._config.region_pipeline:
                     continue
-                score: tuple[int, ...] = (depth, key not in worker.scripts, worker.threaded)
+                away = call.resident_elsewhere(worker.id)  # a region stays where its entries are
+                score: tuple[int, ...] = (depth, away, key not in worker.scripts, worker.threaded)
             else:
                 if worker.threaded >= worker.capacity:
                     continue
@@ -153,6 +154,7 @@ class Dispatcher:
         message = CallMessage(
             wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.timeout, call.tenant,
             handle.name, source, self._config.stream_window,
+            None if call.resident is None else call.resident.wire(worker.id),
         )  # fmt: skip
         try:
             frames = encode(message)
@@ -270,6 +272,8 @@ class Dispatcher:
         if isinstance(message, Error) and message.cls == "ScriptMissing":
             worker.scripts.discard((call.handle.kind, call.handle.sha256))
             self._queue.push(call, front=True)
+        elif isinstance(message, Error) and call.resend_whole(worker.id, message.cls):
+            self._queue.push(call, front=True)  # resent with the whole list, like ScriptMissing
         elif isinstance(message, Error):
             call.finish(outcomes.from_error(call, worker, message))
         else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from coordinator.calls import Call, CallResult, CallStream, HostHandler
+from coordinator.calls import Call, CallResult, CallStream, HostHandler, Resident
 from coordinator.config import PoolConfig
 from coordinator.dispatcher import Dispatcher
 from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
@@ -187,9 +187,13 @@ class Pool:
         timeout: float | None = None,
         tenant: str = "default",
         host: HostHandler | None = None,
+        resident: Resident | None = None,
     ) -> Any:
-        """Run ``function(*args)`` of a loaded script; its value, or a ``CallFailed``/``PoolError``."""
-        return (await self._run(handle, "call", function, list(args), timeout, tenant, host)).value
+        """Run ``function(*args)`` of a loaded script; its value, or a ``CallFailed``/``PoolError``.
+
+        ``resident`` (region calls) keeps ``args[0]["entries"]`` in the worker between calls.
+        """
+        return (await self._run(handle, "call", function, list(args), timeout, tenant, host, resident)).value
 
     async def call_detailed(
         self,
@@ -199,9 +203,10 @@ class Pool:
         timeout: float | None = None,
         tenant: str = "default",
         host: HostHandler | None = None,
+        resident: Resident | None = None,
     ) -> CallResult:
         """Like ``call``, with wall/CPU time, peak memory, operations and captured output."""
-        return await self._run(handle, "call", function, list(args), timeout, tenant, host)
+        return await self._run(handle, "call", function, list(args), timeout, tenant, host, resident)
 
     def stream(
         self,
@@ -234,9 +239,12 @@ class Pool:
 
     async def _run(
         self, handle: ScriptHandle, op: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
-        host: HostHandler | None,
+        host: HostHandler | None, resident: Resident | None = None,
     ) -> CallResult:  # fmt: skip
+        if resident is not None and (handle.kind != "region" or not args or type(args[0]) is not dict):
+            raise ValueError("resident= needs a region script and a map as first argument")
         call = self._new_call(handle, op, fn, args, timeout, tenant, host)
+        call.resident = resident
         self._dispatcher.submit(call)
         try:
             return await call.future

@@ -23,6 +23,10 @@ __all__ = ["Router"]
 log = logging.getLogger(__name__)
 
 _BATCH: Final = 512
+_EVENTS: Final = int(zmq.EVENTS)
+_POLLIN: Final = int(zmq.POLLIN)  # plain ints: ``int & zmq.POLLIN`` goes through the enum machinery
+_SEND: Final = int(zmq.NOBLOCK)
+_SEND_MORE: Final = int(zmq.NOBLOCK | zmq.SNDMORE)
 Handler = Callable[[bytes, Any], None]
 
 
@@ -60,8 +64,12 @@ class Router:
         return self.send_frames(identity, encode(message))
 
     def send_frames(self, identity: bytes, frames: list[bytes]) -> bool:
-        try:
-            self._sock.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=len(frames[-1]) <= 65536)
+        sock = self._sock
+        try:  # frame by frame, as send_multipart does, without its per-call Python checks
+            sock.send(identity, _SEND_MORE)
+            for frame in frames[:-1]:
+                sock.send(frame, _SEND_MORE)
+            sock.send(frames[-1], _SEND, copy=len(frames[-1]) <= 65536)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (ROUTER_MANDATORY) or EAGAIN
             self.undeliverable += 1
             log.debug("cannot deliver to %s: %s", identity.hex(), exc)
@@ -72,11 +80,7 @@ class Router:
         return True
 
     def _schedule_if_pending(self) -> None:
-        if (
-            not self._scheduled
-            and not self._sock.closed
-            and int(self._sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN
-        ):
+        if not self._scheduled and not self._sock.closed and int(self._sock.getsockopt(_EVENTS)) & _POLLIN:
             self._schedule()
 
     def _schedule(self) -> None:

@@ -9,13 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, ClassVar, Final
 
 from proto import schema as s
 from proto.commands import Command
 from proto.errors import MalformedMessage
 
-__all__ = ["ERROR_CLASSES", "KINDS", "OPS", "Call", "Cancel", "Chunk", "Credit", "Error", "Result"]
+__all__ = [
+    "ERROR_CLASSES",
+    "KINDS",
+    "MAX_RESIDENT_KEY",
+    "OPS",
+    "Call",
+    "Cancel",
+    "Chunk",
+    "Credit",
+    "Error",
+    "Result",
+    "check_resident",
+]
 
 KINDS: Final = frozenset({"region", "provider"})
 OPS: Final = frozenset({"load", "call", "stream"})
@@ -27,10 +40,37 @@ ERROR_CLASSES: Final = frozenset(
         "ScriptTimeout",  # the in-engine wall-clock deadline passed
         "Cancelled",  # the call was cancelled by CANCEL or SHUTDOWN
         "ScriptMissing",  # CALL without source for a script this worker does not hold
+        "ResidentMissing",  # CALL with a resident delta whose base this worker does not hold
         "InvalidValue",  # an argument or the return value has no wire form
         "Internal",  # a bug in the worker; the coordinator treats it as a crash
     }
 )
+MAX_RESIDENT_KEY: Final = 128
+
+
+def check_resident(body: Mapping[str, Any], op: str, kind: str, args: list[Any]) -> dict[str, Any] | None:
+    """The CALL's optional ``resident`` map, checked: the worker may trust every field it reads."""
+    resident = s.opt_dict(body, "resident")
+    if resident is None:
+        return None
+    if op != "call" or kind != "region" or not args or type(args[0]) is not dict:
+        raise MalformedMessage("field 'resident' needs op=call, kind=region and a map as first argument")
+    key = s.req_str(resident, "key")
+    if not 16 <= len(key) <= MAX_RESIDENT_KEY:
+        raise MalformedMessage(f"field 'resident.key' must be 16..{MAX_RESIDENT_KEY} characters")
+    s.req_id(resident, "version")
+    base = s.opt_int(resident, "base")
+    drop = s.req_list(resident, "drop")
+    s.req_list(resident, "entries")
+    if base is not None and not 0 <= base <= s.MAX_ID:
+        raise MalformedMessage("field 'resident.base' must be an id or nil")
+    if base is None and drop:
+        raise MalformedMessage("field 'resident.drop' must be empty for a full list")
+    if any(type(i) is not int for i in drop) or any(b <= a for a, b in pairwise(drop)):
+        raise MalformedMessage("field 'resident.drop' must be strictly ascending ints")
+    if drop and drop[0] < 0:
+        raise MalformedMessage("field 'resident.drop' must not be negative")
+    return resident
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +89,11 @@ class Call:
     name: str = "<script>"
     source: str | None = None
     window: int = 16
+    resident: dict[str, Any] | None = None
+    """Entries kept in the worker across calls (§6.3): the full list, or a delta from ``base``."""
 
     def to_body(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "id": self.id,
             "op": self.op,
             "kind": self.kind,
@@ -64,6 +106,9 @@ class Call:
             "source": self.source,
             "window": self.window,
         }
+        if self.resident is not None:  # absent otherwise: calls without it keep their exact bytes
+            body["resident"] = self.resident
+        return body
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Call:
@@ -78,9 +123,10 @@ class Call:
         window = s.req_int(body, "window")
         if not 1 <= window <= 1024:
             raise MalformedMessage("field 'window' must be in 1..1024")
+        args = s.req_list(body, "args")
         return cls(
-            s.req_id(body), op, kind, sha, s.req_str(body, "fn"), s.req_list(body, "args"), timeout,
-            s.req_str(body, "tenant"), s.req_str(body, "name"), s.opt_str(body, "source"), window,
+            s.req_id(body), op, kind, sha, s.req_str(body, "fn"), args, timeout, s.req_str(body, "tenant"),
+            s.req_str(body, "name"), s.opt_str(body, "source"), window, check_resident(body, op, kind, args),
         )  # fmt: skip
 
 

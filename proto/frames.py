@@ -74,12 +74,14 @@ MESSAGE_TYPES: Final[dict[Command, Any]] = {
         HostChunk,
     )
 }
-_COMMAND_BYTES: Final = {command: bytes((command,)) for command in Command}
+_HEADERS: Final = {command: SIGNATURE + bytes((command,)) for command in Command}
+_TYPES_BY_BYTE: Final[dict[int, Any]] = {int(command): cls for command, cls in MESSAGE_TYPES.items()}
+"""Plain-int lookups: ``Command(byte)`` costs an enum construction per message on the hot path."""
 
 
 def encode(message: Message) -> list[bytes]:
     """``message`` as its one frame; raises ``MalformedMessage`` if a value has no wire form."""
-    return [SIGNATURE + _COMMAND_BYTES[message.COMMAND] + pack(message.to_body())]
+    return [_HEADERS[message.COMMAND] + pack(message.to_body())]
 
 
 def decode(frames: Sequence[bytes]) -> Any:
@@ -93,8 +95,7 @@ def decode(frames: Sequence[bytes]) -> Any:
         if frame[:3] == _MAGIC:
             raise VersionMismatch(f"protocol version {frame[3]} not in {sorted(SUPPORTED_VERSIONS)}")
         raise VersionMismatch(f"signature {bytes(frame[:4])!r} is not RHP")
-    try:
-        command = Command(frame[4])
-    except ValueError:
-        raise UnknownCommand(f"command 0x{frame[4]:02x}") from None
-    return MESSAGE_TYPES[command].from_body(as_body(unpack(memoryview(frame)[HEADER_BYTES:])))
+    cls = _TYPES_BY_BYTE.get(frame[4])
+    if cls is None:
+        raise UnknownCommand(f"command 0x{frame[4]:02x}")
+    return cls.from_body(as_body(unpack(memoryview(frame)[HEADER_BYTES:])))

@@ -3,23 +3,28 @@
     coordinator ROUTER ──CALL──▶ loop thread ──region call──▶ engine (inline, one at a time)
            ▲                        │  └─provider call / stream──▶ script thread ─┐
            │                        │                                             │ HOST_CALL, CHUNK,
-           └──RESULT/ERROR/...◀─────┴──◀── Outbox (eventfd) ◀──RESULT/ERROR───────┘ RESULT via Outbox
-
-The loop thread owns the socket (zmq sockets are not thread-safe).  Region calls
-are CPU-bound and run inline, so a trivial call costs no thread hand-off.  Calls
-that wait on the coordinator (host calls, stream credit) run on their own thread
-so one worker multiplexes many of them.  The loop heartbeats and checks that its
-parent is alive every ``heartbeat`` seconds (at most 100 ms apart).
+           └──RESULT/ERROR/...◀─────┴──◀── Wire (socket + lock) ◀─────────────────┘ RESULT, sent by
+                                                                                    the script thread
+The loop thread receives; any thread sends, holding the ``Wire``'s lock (zmq
+sockets are not thread-safe).  The loop waits in ``poll()`` on the socket's FD,
+never inside zmq, so a script thread's HOST_CALL or RESULT leaves without waking
+it.  Region calls are CPU-bound and run inline, so a trivial call costs no thread
+hand-off.  Calls that wait on the coordinator (host calls, stream credit) run on
+their own thread so one worker multiplexes many of them.  The loop heartbeats
+and checks that its parent is alive every ``heartbeat`` seconds (at most 100 ms apart).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import resource
+import select
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
@@ -48,6 +53,7 @@ from proto import (
 from worker.cache import ScriptCache
 from worker.engine import Compiled, Engines, ScriptFailure
 from worker.host_bridge import HOST_FUNCTIONS, CallChannel, Outbox, bound_to
+from worker.resident import ResidentStore
 
 __all__ = ["THREAD_STACK_BYTES", "WorkerLoop"]
 
@@ -55,6 +61,7 @@ THREAD_STACK_BYTES: Final = 8 * 1024 * 1024
 """Script threads get the main thread's usual stack: 64 Rhai call levels need room."""
 
 _PARENT_CHECK: Final = 0.1
+_POLLIN: Final = int(zmq.POLLIN)  # a plain int: ``int & zmq.POLLIN`` goes through the enum machinery
 
 
 def _peak_rss() -> int:
@@ -72,6 +79,85 @@ def _failure(call_id: int, failure: ScriptFailure) -> Error:
         failure.value,
         failure.limit,
     )
+
+
+class Wire:
+    """The worker's DEALER socket, shared by the loop thread and script threads.
+
+    zmq sockets are not thread-safe, but one may change threads behind a full
+    memory barrier (a lock).  The loop thread never waits *inside* zmq: it polls
+    the socket's FD and ``fd`` (an eventfd), so a script thread sends its own
+    messages.  Sends never wait for the lock: frames join a FIFO, and whoever
+    holds the lock sends everything queued, then looks again after releasing it.
+    The FD is edge-triggered: a send may consume the edge announcing input, so a
+    script thread's send that leaves input pending writes ``fd`` to wake the loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[list[bytes]] = deque()
+        self._sock: zmq.Socket[bytes] | None = None
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def attach(self, sock: zmq.Socket[bytes]) -> None:
+        self._sock = sock
+
+    def send(self, frames: list[bytes], *, loop: bool = False) -> None:
+        """Send from any thread, in order; a failure is logged (deadlines cover a lost message).
+
+        ``loop``: the loop thread receives again before it next polls, so it skips the edge check.
+        """
+        self._queue.append(frames)
+        self._flush(loop)
+
+    def _flush(self, loop: bool) -> None:
+        while self._queue and self._lock.acquire(blocking=False):
+            try:
+                self._send_queued(loop)
+            finally:
+                self._lock.release()
+
+    def _send_queued(self, loop: bool) -> None:
+        sock = self._sock
+        if sock is None:  # closed: a straggler's message has nowhere to go
+            self._queue.clear()
+            return
+        while self._queue:
+            frames = self._queue.popleft()
+            try:
+                sock.send_multipart(frames, copy=len(frames[-1]) <= 65536)
+            except zmq.ZMQError as exc:
+                print(f"rhaipool worker: send failed: {exc}", file=sys.stderr, flush=True)
+        if not loop and int(sock.getsockopt(zmq.EVENTS)) & _POLLIN:
+            os.eventfd_write(self.fd, 1)
+
+    def recv(self) -> list[bytes] | None:
+        """(Loop thread) the next message, or ``None`` once none is pending (the loop then polls)."""
+        sock = self._sock
+        assert sock is not None
+        with self._lock:
+            try:
+                frames: list[bytes] | None = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                frames = None
+            except zmq.ZMQError as exc:
+                print(f"rhaipool worker: receive failed: {exc}", file=sys.stderr, flush=True)
+                frames = None
+        self._flush(False)  # what script threads queued meanwhile; it may precede our poll: check the edge
+        return frames
+
+    def clear(self) -> None:
+        """Reset ``fd`` after poll reported it."""
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self.fd)
+
+    def close(self) -> None:
+        """Send what is queued, then close the socket (waiting for a thread that is sending)."""
+        with self._lock:
+            self._send_queued(True)
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
 
 
 class WorkerLoop:
@@ -92,8 +178,10 @@ class WorkerLoop:
         self._ready = Ready(os.getpid(), [PROTOCOL_VERSION], capacity, sandbox, probe)
         self._heartbeat = heartbeat
         self._cache = ScriptCache()
+        self._resident = ResidentStore()
         self._channels: dict[int, CallChannel] = {}
-        self._outbox = Outbox()
+        self._wire = Wire()
+        self._outbox = Outbox(self._wire.send)
         threading.stack_size(THREAD_STACK_BYTES)
         self._threads = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="script")
         self._engines: Engines | None = None
@@ -110,6 +198,7 @@ class WorkerLoop:
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_BODY_BYTES + 4096)
         sock.connect(self._endpoint)
         self._sock = sock
+        self._wire.attach(sock)
         try:
             self._engines = Engines(HOST_FUNCTIONS)
             sandbox = dict(self._ready.sandbox)
@@ -120,22 +209,15 @@ class WorkerLoop:
             )
             return self._serve()
         finally:
-            sock.close()
+            self._wire.close()
             context.term()
 
     def _serve(self) -> int:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._outbox.fd, zmq.POLLIN)
+        poller = select.poll()
+        poller.register(self._sock.FD, select.POLLIN)
+        poller.register(self._wire.fd, select.POLLIN)
         next_beat = next_check = time.monotonic()
         while True:
-            timeout = max(0.0, min(next_beat, next_check) - time.monotonic())
-            events = dict(poller.poll(int(timeout * 1000)))
-            if self._outbox.fd in events:
-                for frames in self._outbox.drain():
-                    self._send_frames(frames)
-            if self._sock in events:
-                self._drain_socket()
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + _PARENT_CHECK
@@ -149,29 +231,24 @@ class WorkerLoop:
                         {"calls": self._calls, "inflight": len(self._channels), "cached": len(self._cache)}
                     )
                 )
-            if self._stopping and not self._channels:
-                for frames in self._outbox.drain():
-                    self._send_frames(frames)
+            self._drain_socket()  # last before poll: it ends in a receive, which catches an edge our sends ate
+            if self._stopping and not self._channels:  # script threads sent their RESULTs before leaving
                 self._send(Goodbye("shutdown"))
                 return 0
+            timeout = max(0.0, min(next_beat, next_check) - time.monotonic())
+            if poller.poll(int(timeout * 1000) + 1):  # +1: never spin on a sub-millisecond remainder
+                self._wire.clear()
 
     def _send_frames(self, frames: list[bytes]) -> None:
-        try:
-            self._sock.send_multipart(frames, copy=len(frames[-1]) <= 65536)
-        except zmq.ZMQError as exc:
-            print(f"rhaipool worker: send failed: {exc}", file=sys.stderr, flush=True)
+        self._wire.send(frames, loop=True)
 
     def _send(self, message: Message) -> None:
         self._send_frames(encode(message))
 
     def _drain_socket(self) -> None:
         while True:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except zmq.ZMQError as exc:
-                print(f"rhaipool worker: receive failed: {exc}", file=sys.stderr, flush=True)
+            frames = self._wire.recv()
+            if frames is None:
                 return
             try:
                 message = decode(frames)
@@ -241,6 +318,8 @@ class WorkerLoop:
         if call.op == "stream" and channel is not None:
             args.append(channel.emit)
         try:
+            if call.resident is not None:  # region entries kept here between calls (worker/resident.py)
+                args = self._resident.args_for(call.tenant, call.resident, args)
             with bound_to(channel):
                 outcome = self._engines.run(
                     compiled, call.fn, args, call.timeout, channel.token if channel else None

@@ -11,7 +11,8 @@ Modules, one job each: ``model`` (entries, blocks, messages), ``tokens`` (estima
 ``render`` (§1.6 grammar, §1.7 fallback), ``writes`` (§1.8), ``eviction`` (§1.9 indices),
 ``assembly`` (§1.6.1), ``hooks`` (runner seam and ctx shapes), ``runtime`` (``Region``),
 ``window`` (whole-window eviction and assembly), ``loading`` (§1.2 and the pool runner),
-``scenario`` (``rhaipool test``), ``cli`` (click commands).
+``resident`` (entries kept in the worker: hooks ship only what changed), ``scenario``
+(``rhaipool test``), ``cli`` (click commands).
 """
 
 from __future__ import annotations

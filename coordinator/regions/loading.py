@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 from coordinator.errors import PoolClosed
 from coordinator.regions.hooks import HookOutcome, ScriptInfo
 from coordinator.regions.model import Volatility
+from coordinator.regions.resident import ResidentEntries
 from coordinator.regions.runtime import Admission, Region
 from proto.errors import RhaipoolError
 
@@ -56,6 +57,7 @@ class RegionPool(Protocol):
         *args: Any,
         timeout: float | None = ...,  # noqa: ASYNC109 - the pool's per-call deadline, not ours to await
         tenant: str = ...,
+        resident: Any = ...,
     ) -> Any:
         """Run ``fn(*args)``; raises a ``RhaipoolError`` subclass on failure."""
         ...
@@ -116,6 +118,8 @@ class PoolHookRunner:
     script: ScriptInfo
     timeout: float = DEFAULT_HOOK_TIMEOUT
     tenant: str | None = None
+    resident: ResidentEntries | None = None
+    """The region's entries kept in the worker between hooks; ``None`` ships them every call."""
 
     async def run_hook(self, hook: str, ctx: dict[str, Any]) -> HookOutcome:
         """Call ``hook(ctx)``; a throw, limit, deadline, lost worker or full queue is a failure outcome.
@@ -125,6 +129,9 @@ class PoolHookRunner:
         options: dict[str, Any] = {"timeout": self.timeout}
         if self.tenant is not None:
             options["tenant"] = self.tenant
+        if self.resident is not None and "entries" in ctx:  # the worker splices them back in
+            options["resident"] = self.resident.prepare(ctx["entries"])
+            ctx = {**ctx, "entries": []}
         try:
             value = await self.pool.call(self.handle, hook, ctx, **options)
         except PoolClosed:
@@ -154,11 +161,13 @@ class RegionLoader:
         base_dir: str | os.PathLike[str] | None = None,
         timeout: float = DEFAULT_HOOK_TIMEOUT,
         tenant: str | None = None,
+        resident: bool = True,
     ) -> None:
         self._pool = pool
         self._base_dir = base_dir
         self._timeout = timeout
         self._tenant = tenant
+        self._resident = resident
         self._table: dict[str, _Loaded] = {}
 
     async def load_script(self, region: str, script: str) -> ScriptInfo:
@@ -208,7 +217,8 @@ class RegionLoader:
     ) -> Region:
         """A new, empty ``Region`` whose hooks run in the pool."""
         loaded = await self._load(name, script)
-        runner = PoolHookRunner(self._pool, loaded.handle, loaded.info, self._timeout, self._tenant)
+        resident = ResidentEntries() if self._resident else None  # one key per region, never shared
+        runner = PoolHookRunner(self._pool, loaded.handle, loaded.info, self._timeout, self._tenant, resident)
         extra: dict[str, Any] = {} if clock is None else {"clock": clock}
         return Region(
             name,
@@ -233,9 +243,13 @@ async def open_region(
     base_dir: str | os.PathLike[str] | None = None,
     hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
     tenant: str | None = None,
+    resident: bool = True,
 ) -> Region:
-    """Load ``script`` into ``pool`` and return a region backed by it (what ``Pool.region`` does)."""
-    loader = RegionLoader(pool, base_dir=base_dir, timeout=hook_timeout, tenant=tenant)
+    """Load ``script`` into ``pool`` and return a region backed by it (what ``Pool.region`` does).
+
+    ``resident=False`` ships every entry on every hook call instead of keeping them in the worker.
+    """
+    loader = RegionLoader(pool, base_dir=base_dir, timeout=hook_timeout, tenant=tenant, resident=resident)
     return await loader.region(
         name, script, budget=budget, persistent=persistent, admission=admission, volatility=volatility
     )

@@ -84,6 +84,11 @@ class Region:
         return None if self._runner is None else self._runner.script
 
     @property
+    def runner(self) -> HookRunner | None:
+        """What runs this region's hooks (a ``PoolHookRunner`` for a pool-backed region)."""
+        return self._runner
+
+    @property
     def entries(self) -> tuple[Entry, ...]:
         """Stored entries, oldest first."""
         return tuple(self._entries)

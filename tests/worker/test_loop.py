@@ -143,6 +143,24 @@ def test_host_call_round_trip_and_thrown_reply(bare: Bare) -> None:
     assert bare.recv().value == "caught api"
 
 
+def test_script_threads_share_the_socket_without_losing_messages(bare: Bare) -> None:
+    """32 script threads send HOST_CALL and RESULT themselves while the loop thread receives."""
+    calls = [bare.call("fetch", [f"http://x/{i}"], source=i == 0) for i in range(32)]
+    hosts: dict[int, HostCall] = {}
+    while len(hosts) < len(calls):
+        host = bare.recv(timeout=5.0)
+        assert isinstance(host, HostCall)
+        hosts[host.id] = host
+    for call in calls:
+        bare.send(HostReply(call, hosts[call].hid, True, f"b{call}"))
+    results: dict[int, Any] = {}
+    while len(results) < len(calls):
+        reply = bare.recv(timeout=5.0)
+        assert isinstance(reply, Result)
+        results[reply.id] = reply.value
+    assert results == {call: f"b{call}!" for call in calls}
+
+
 def test_stream_request_chunks_are_credited(bare: Bare) -> None:
     call = bare.call("relay", ["http://s"], op="stream")
     host = bare.recv()

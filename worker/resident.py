@@ -1,0 +1,112 @@
+"""Region entries kept in the worker between calls, so a render ships only what changed (RHP §6.3).
+
+A region's hooks get every stored entry in ``ctx.entries``; shipping them on
+every render dominated its cost.  The coordinator names a region's list by an
+unguessable key and a version, and sends the whole list only when it believes
+this worker lacks that version; otherwise it sends the indices to drop and the
+items to append.  This store keeps those lists, scoped by ``(tenant, key)`` so
+that one tenant's entries are never reachable from another's calls, and bounded
+by count and bytes (least recently used first out), so a host cannot bloat a
+worker.  Losing a list is always safe: the next delta is answered
+``ResidentMissing`` and the coordinator resends it whole.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from itertools import compress
+from typing import Any, Final
+
+import msgpack
+
+from worker.engine import ScriptFailure
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_KEYS", "ResidentStore"]
+
+DEFAULT_MAX_KEYS: Final = 256
+"""Lists kept at once: one per region recently rendered on this worker."""
+DEFAULT_MAX_BYTES: Final = 16 << 20
+"""Sum of the kept items' msgpack sizes (their Python objects take a few times more).
+
+Equal to the largest CALL body, so any list that could be sent whole fits.
+"""
+
+
+@dataclass(slots=True)
+class _Held:
+    version: int
+    entries: list[Any]
+    sizes: list[int]
+    total: int
+
+
+class ResidentStore:
+    """The worker's resident entry lists; used only on the loop thread (region calls run inline)."""
+
+    def __init__(self, max_keys: int = DEFAULT_MAX_KEYS, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_keys, self.max_bytes = max_keys, max_bytes
+        self._held: OrderedDict[tuple[str, str], _Held] = OrderedDict()
+        self._packer = msgpack.Packer()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def args_for(self, tenant: str, resident: dict[str, Any], args: list[Any]) -> list[Any]:
+        """``args`` with the resident list as ``args[0]["entries"]``; ``ResidentMissing`` if the base is not held.
+
+        ``resident`` was checked by ``proto.calls.check_resident``.  The list
+        is updated before the hook runs, whatever the hook then does.
+        """
+        slot = (tenant, resident["key"])
+        held = self._held.pop(slot, None)
+        if held is not None:
+            self.bytes -= held.total
+        base = resident["base"]
+        if base is None:
+            entries = list(resident["entries"])
+            sizes = self._sizes(entries)
+            held = _Held(resident["version"], entries, sizes, sum(sizes))
+        elif held is None or held.version != base or not self._apply(held, resident):
+            raise ScriptFailure("ResidentMissing", f"resident entries at version {base} are not held here")
+        held.version = resident["version"]
+        if held.total <= self.max_bytes:
+            self._keep(slot, held)
+        first = dict(args[0])
+        first["entries"] = held.entries
+        return [first, *args[1:]]
+
+    def _apply(self, held: _Held, resident: dict[str, Any]) -> bool:
+        """Drop then append in place; ``False`` (nothing changed) when an index is out of range."""
+        drop: list[int] = resident["drop"]
+        if drop:
+            if drop[-1] >= len(held.entries):
+                return False
+            if drop[-1] == len(drop) - 1:  # the oldest ones: the usual overflow and eviction shape
+                held.total -= sum(held.sizes[: len(drop)])
+                del held.entries[: len(drop)], held.sizes[: len(drop)]
+            else:
+                mask = bytearray(b"\x01") * len(held.entries)
+                for index in drop:
+                    mask[index] = 0
+                held.total -= sum(size for size, keep in zip(held.sizes, mask, strict=True) if not keep)
+                held.entries = list(compress(held.entries, mask))
+                held.sizes = list(compress(held.sizes, mask))
+        added = resident["entries"]
+        if added:
+            sizes = self._sizes(added)
+            held.entries.extend(added)
+            held.sizes.extend(sizes)
+            held.total += sum(sizes)
+        return True
+
+    def _sizes(self, items: list[Any]) -> list[int]:
+        return list(map(len, map(self._packer.pack, items)))
+
+    def _keep(self, slot: tuple[str, str], held: _Held) -> None:
+        self._held[slot] = held
+        self.bytes += held.total
+        while len(self._held) > self.max_keys or self.bytes > self.max_bytes:
+            _, oldest = self._held.popitem(last=False)
+            self.bytes -= oldest.total
