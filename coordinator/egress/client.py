@@ -109,6 +109,8 @@ class _PolicyTransport(httpx.AsyncBaseTransport):
         self._shards = shards
         self._pools: dict[Any, list[httpx.AsyncHTTPTransport | None]] = {}
         self._turn = 0
+        self._starting: dict[int, int] = {}
+        """Requests handed to a pool that have no connection yet (they will take its idle ones)."""
         self._ssl: ssl.SSLContext | None = None
 
     def _new_pool(self, policy: EgressPolicy) -> httpx.AsyncHTTPTransport:
@@ -130,6 +132,11 @@ class _PolicyTransport(httpx.AsyncBaseTransport):
 
     def _pool_for(self, policy: EgressPolicy) -> httpx.AsyncHTTPTransport:
         shards = self._pools.setdefault(policy.address_key, [None] * self._shards)
+        # Reuse beats a new TCP (and TLS) handshake: at low rates, plain round-robin
+        # visits each shard less often than keep-alive lasts and connects every time.
+        for transport in shards:
+            if transport is not None and _idle_connections(transport) > self._starting.get(id(transport), 0):
+                return transport
         self._turn = (self._turn + 1) % len(shards)
         transport = shards[self._turn]
         if transport is None:
@@ -141,7 +148,13 @@ class _PolicyTransport(httpx.AsyncBaseTransport):
         policy = request.extensions.get("rhaipool_policy")
         if not isinstance(policy, EgressPolicy):
             raise EgressDenied("egress refused: request without a provider policy")
-        return await self._pool_for(policy).handle_async_request(request)
+        transport = self._pool_for(policy)
+        key = id(transport)
+        self._starting[key] = self._starting.get(key, 0) + 1
+        try:
+            return await transport.handle_async_request(request)
+        finally:
+            self._starting[key] -= 1
 
     async def aclose(self) -> None:
         """Close every pool."""
@@ -150,6 +163,10 @@ class _PolicyTransport(httpx.AsyncBaseTransport):
                 if transport is not None:
                     await transport.aclose()
         self._pools.clear()
+
+
+def _idle_connections(transport: httpx.AsyncHTTPTransport) -> int:
+    return sum(1 for connection in transport._pool.connections if connection.is_idle())
 
 
 def _same_origin(a: httpx.URL, b: httpx.URL) -> bool:
