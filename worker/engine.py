@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import rhai
 
+from proto.budgets import BUDGETS
 from worker.functions import functions_for, signatures_for
 
 __all__ = [
@@ -27,27 +28,6 @@ __all__ = [
     "translate",
 ]
 
-BUDGETS: Final[Mapping[str, Mapping[str, int]]] = {
-    "region": {
-        "max_operations": 100_000,
-        "max_string_size": 1_000_000,
-        "max_array_size": 10_000,
-        "max_map_size": 10_000,
-        "max_call_levels": 64,
-        "max_expr_depth": 128,
-        "max_function_expr_depth": 128,
-    },
-    "provider": {
-        "max_operations": 500_000,
-        "max_string_size": 2_000_000,
-        "max_array_size": 50_000,
-        "max_map_size": 50_000,
-        "max_call_levels": 64,
-        "max_expr_depth": 128,
-        "max_function_expr_depth": 128,
-    },
-}
-"""SPEC §2.1 budgets per script kind; the only engine configuration the worker uses."""
 
 OUTPUT_LIMIT: Final = 65_536
 

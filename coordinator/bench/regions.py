@@ -27,6 +27,7 @@ from coordinator.regions.hooks import HookOutcome, RenderMeta, ScriptInfo
 from coordinator.regions.loading import RegionLoader
 from coordinator.regions.model import Entry
 from coordinator.regions.runtime import Region
+from proto.budgets import BUDGETS
 
 __all__ = ["BENCH_SCRIPT", "InProcessRunner", "Measurement", "main", "run_benchmark"]
 
@@ -47,22 +48,13 @@ fn render(ctx) {
 10 000-map array trips the §2.1 map-size limit, on both sides alike.
 """
 
-_REGION_LIMITS = {
-    "max_operations": 100_000,
-    "max_string_size": 1_000_000,
-    "max_array_size": 10_000,
-    "max_map_size": 10_000,
-    "max_call_levels": 64,
-    "max_expr_depth": 128,
-    "max_function_expr_depth": 128,
-}
 
 
 class InProcessRunner:
     """The baseline: the same engine limits, called directly in this process."""
 
     def __init__(self, source: str, name: str = "bench.rhai") -> None:
-        engine = rhai.Engine(**_REGION_LIMITS, json_functions=False, check_argument_sizes=False)
+        engine = rhai.Engine(**BUDGETS["region"], json_functions=False, check_argument_sizes=False)
         self._script = engine.compile(source, name=name)  # configured as worker/engine.py's region engine
         names = {n for n, _ in self._script.functions}
         sha = hashlib.sha256(source.encode()).hexdigest()

@@ -1,0 +1,32 @@
+"""The engine budgets of each script kind (SPEC §2.1), shared by both sides of the wire.
+
+The worker builds its engines from these; the coordinator's benchmarks build the
+in-process baseline from the same table, so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = ["BUDGETS"]
+
+_COMMON: Final = {"max_call_levels": 64, "max_expr_depth": 128, "max_function_expr_depth": 128}
+
+BUDGETS: Final[Mapping[str, Mapping[str, int]]] = {
+    "region": {
+        "max_operations": 100_000,
+        "max_string_size": 1_000_000,
+        "max_array_size": 10_000,
+        "max_map_size": 10_000,
+        **_COMMON,
+    },
+    "provider": {
+        "max_operations": 500_000,
+        "max_string_size": 2_000_000,
+        "max_array_size": 50_000,
+        "max_map_size": 50_000,
+        **_COMMON,
+    },
+}
+"""Per-kind limits; the only engine configurations rhaipool uses."""
