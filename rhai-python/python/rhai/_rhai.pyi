@@ -74,7 +74,7 @@ class Script:
     def functions(self) -> list[tuple[str, int]]:
         """Public script functions as ``(name, arity)``, sorted."""
     def has_function(self, name: str, arity: int) -> bool: ...
-    def call(self, name: str, /, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None) -> Any:
+    def call(self, name: str, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None) -> Any:
         """Run one public function on a fresh scope (top-level statements run first).
 
         Raises:
@@ -83,7 +83,7 @@ class Script:
             TypeError, OverflowError, ValueError: an argument or the result cannot be converted.
         """
     def call_detailed(
-        self, name: str, /, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None
+        self, name: str, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None
     ) -> CallResult:
         """Like ``call``, and also return captured output, operations and elapsed time."""
 
@@ -91,8 +91,8 @@ class Script:
 class Engine:
     """A Rhai engine configured for untrusted scripts; every limit explicit."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         max_operations: int = 500_000,
         max_call_levels: int = 64,
@@ -105,9 +105,24 @@ class Engine:
         max_functions: int = 1_000,
         output_limit: int = 65_536,
         json_functions: bool = True,
-    ) -> None: ...
-    def register_fn(self, name: str, func: Callable[..., Any]) -> None:
-        """Make ``func`` a script function at every arity it accepts (up to 8)."""
+        check_argument_sizes: bool = True,
+    ) -> Engine:
+        """Every limit explicit and positive.
+
+        Arguments:
+            output_limit: bytes of ``print``/``debug`` output kept per call.
+            json_functions: give scripts ``parse_json`` and ``to_json`` of any value
+                (region hooks do not get them, as in the reference runtime).
+            check_argument_sizes: size-check call arguments against the limits
+                (the reference runtime passes hook arguments unchecked).
+        """
+    def register_fn(self, name: str, func: Callable[..., Any], *, types: list[str] | None = None) -> None:
+        """Make ``func`` a script function at every arity it accepts (up to 8).
+
+        With ``types`` (``string``, ``int``, ``float``, ``bool``, ``char``, ``array``,
+        ``map``, ``blob``, ``any``), register exactly that typed signature instead;
+        typed functions take precedence over the standard library's.
+        """
     def compile(self, source: str, name: str = "<script>") -> Script:
         """Compile ``source``.
 
