@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from pool_support import wait_no_children
 
 _OTHERS = ("regions", "providers")

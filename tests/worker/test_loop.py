@@ -6,17 +6,14 @@ No coordinator is involved, so these tests pin down what any coordinator may rel
 from __future__ import annotations
 
 import hashlib
-import os
-import secrets
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import zmq
+from bare_worker import BareWorker
 
 from proto import (
     SIGNATURE,
@@ -34,8 +31,6 @@ from proto import (
     Ready,
     Result,
     Shutdown,
-    decode,
-    encode,
 )
 
 SOURCE = """
@@ -49,33 +44,11 @@ fn wait() { sleep(30); 1 }
 SHA = hashlib.sha256(SOURCE.encode()).hexdigest()
 
 
-class Bare:
-    """A ROUTER socket and one real worker connected to it."""
+class Bare(BareWorker):
+    """A real worker on a bare ROUTER socket, with its stderr kept for inspection."""
 
     def __init__(self, tmp: str) -> None:
-        self.context = zmq.Context()
-        self.sock = self.context.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(f"ipc://{tmp}/w.sock")
-        self.identity = secrets.token_bytes(8)
-        cmd = [sys.executable, "-I", "-m", "worker", "--connect", f"ipc://{tmp}/w.sock"]
-        cmd += ["--identity", self.identity.hex(), "--parent-pid", str(os.getpid()), "--heartbeat", "0.2"]
-        self.proc = subprocess.Popen(cmd, env={"PATH": "/usr/bin:/bin"}, cwd=tmp, stderr=subprocess.PIPE)
-        self.ids = iter(range(1, 10**6))
-
-    def send(self, message: Any) -> None:
-        self.sock.send_multipart([self.identity, *encode(message)])
-
-    def recv(self, timeout: float = 20.0, skip_heartbeats: bool = True) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            if not self.sock.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                raise TimeoutError("worker said nothing")
-            identity, *frames = self.sock.recv_multipart()
-            assert identity == self.identity
-            message = decode(frames)
-            if not (skip_heartbeats and isinstance(message, Heartbeat)):
-                return message
+        super().__init__(tmp, keep_stderr=True)
 
     def call(
         self, fn: str, args: list[Any], *, op: str = "call", kind: str = "provider", source: bool = True
@@ -84,14 +57,6 @@ class Bare:
         self.send(Call(call_id, op, kind, SHA, fn, args, 10.0, "t", "t.rhai", SOURCE if source else None, 2))
         return call_id
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-        self.sock.close()
-        self.context.term()
 
 
 @pytest.fixture

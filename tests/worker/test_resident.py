@@ -8,20 +8,16 @@ the same CALL with the whole list in ``args`` renders.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import msgpack
 import pytest
-import zmq
+from bare_worker import BareWorker
 
-from proto import Call, Error, Heartbeat, Ready, Result, decode, encode
+from proto import Call, Error, Ready, Result
 from worker.engine import ScriptFailure
 from worker.resident import DEFAULT_MAX_BYTES, ResidentStore
 
@@ -145,30 +141,12 @@ fn render(ctx) {
 SHA = hashlib.sha256(SOURCE.encode()).hexdigest()
 
 
-class Worker:
-    """A ROUTER socket and one real ``python -m worker`` connected to it."""
+class Worker(BareWorker):
+    """A real worker on a bare ROUTER socket, driven one region render at a time."""
 
     def __init__(self, tmp: str) -> None:
-        self.context = zmq.Context()
-        self.sock = self.context.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(f"ipc://{tmp}/w.sock")
-        self.identity = secrets.token_bytes(8)
-        cmd = [sys.executable, "-I", "-m", "worker", "--connect", f"ipc://{tmp}/w.sock"]
-        cmd += ["--identity", self.identity.hex(), "--parent-pid", str(os.getpid()), "--heartbeat", "0.2"]
-        self.proc = subprocess.Popen(cmd, env={"PATH": "/usr/bin:/bin"}, cwd=tmp, stderr=subprocess.DEVNULL)
-        self.ids = iter(range(1, 10**6))
+        super().__init__(tmp)
         self.sourced = False
-
-    def recv(self, timeout: float = 20.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            if not self.sock.poll(int(max(0.0, deadline - time.monotonic()) * 1000)):
-                raise TimeoutError("worker said nothing")
-            _, *frames = self.sock.recv_multipart()
-            message = decode(frames)
-            if not isinstance(message, Heartbeat):
-                return message
 
     def render(self, entries: list[Any], resident: dict[str, Any] | None = None, tenant: str = "t") -> Any:
         call_id = next(self.ids)
@@ -177,16 +155,11 @@ class Worker:
         call = Call(
             call_id, "call", "region", SHA, "render", [ctx], 5.0, tenant, "r.rhai", source, 1, resident
         )
-        self.sock.send_multipart([self.identity, *encode(call)])
+        self.send(call)
         reply = self.recv()
         assert reply.id == call_id
         return reply
 
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self.sock.close()
-        self.context.term()
 
 
 @pytest.fixture
