@@ -172,6 +172,8 @@ impl Engine {
                 .map(|n| vec![TypeId::of::<Dynamic>(); n])
                 .collect()
         };
+        // Lock order everywhere: `built` before `functions` (see `engine()`).
+        let mut built = self.built.lock().map_err(lock_err)?;
         let mut fns = self.functions.lock().map_err(lock_err)?;
         fns.retain(|r| !(r.name == name && r.signatures == signatures));
         fns.push(Registered {
@@ -179,7 +181,7 @@ impl Engine {
             func: Arc::new(func.unbind()),
             signatures,
         });
-        *self.built.lock().map_err(lock_err)? = None;
+        *built = None;
         Ok(())
     }
 
