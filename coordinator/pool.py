@@ -193,7 +193,10 @@ class Pool:
 
         ``resident`` (region calls) keeps ``args[0]["entries"]`` in the worker between calls.
         """
-        return (await self._run(handle, "call", function, list(args), timeout, tenant, host, resident)).value
+        result = await self.call_detailed(
+            handle, function, *args, timeout=timeout, tenant=tenant, host=host, resident=resident
+        )
+        return result.value
 
     async def call_detailed(
         self,

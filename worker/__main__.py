@@ -9,9 +9,7 @@ before ``enter``.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
-import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -46,15 +44,10 @@ def _ipc_dir(endpoint: str) -> str | None:
 def _enter_sandbox(
     args: argparse.Namespace,
 ) -> tuple[dict[str, Any], dict[str, Any] | None, Callable[[], bool]]:
-    """Apply ``worker.sandbox`` if it exists; otherwise say so and keep the parent-death guard."""
+    """Apply the sandbox (a worker without it must not run a script, so no fallback)."""
+    from worker import sandbox
+
     parent = args.parent_pid
-    try:
-        from worker import sandbox
-    except ImportError as exc:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        report = {"sandbox": {"active": False, "detail": f"sandbox module missing ({exc})"}}
-        return report, None, lambda: os.getppid() == parent
     config = sandbox.SandboxConfig(
         memory_bytes=args.memory_bytes,
         cpu_seconds=args.cpu_seconds,

@@ -15,7 +15,7 @@ from typing import Any, Final
 import rhai
 
 from proto.budgets import BUDGETS
-from worker.functions import functions_for, signatures_for
+from worker.functions import HELPERS
 
 __all__ = [
     "BUDGETS",
@@ -122,21 +122,15 @@ class Engines:
 
     def __init__(self, host_functions: Mapping[str, Mapping[str, Callable[..., Any]]]) -> None:
         self._engines: dict[str, rhai.Engine] = {}
-        self.problems: list[str] = []
         for kind, budget in BUDGETS.items():
             # The reference passes hook arguments unchecked; only what scripts build is size-checked.
             engine = rhai.Engine(
                 **budget, output_limit=OUTPUT_LIMIT, json_functions=kind != "region", check_argument_sizes=False
             )
-            helpers, problem = functions_for(kind)
-            if problem:
-                self.problems.append(problem)
-            signatures = signatures_for(kind)
-            for name, fn in {**helpers, **host_functions.get(kind, {})}.items():
-                if name in signatures and name in helpers:
-                    engine.register_fn(name, fn, types=list(signatures[name]))
-                else:
-                    engine.register_fn(name, fn)
+            for name, (fn, types) in HELPERS[kind].items():
+                engine.register_fn(name, fn, types=list(types) if types else None)
+            for name, fn in host_functions.get(kind, {}).items():
+                engine.register_fn(name, fn)
             self._engines[kind] = engine
 
     def compile(self, kind: str, source: str, name: str) -> Compiled:

@@ -201,12 +201,7 @@ class WorkerLoop:
         self._wire.attach(sock)
         try:
             self._engines = Engines(HOST_FUNCTIONS)
-            sandbox = dict(self._ready.sandbox)
-            for problem in self._engines.problems:
-                sandbox.setdefault("functions", {"active": False, "detail": ""})["detail"] += problem + "; "
-            self._send(
-                Ready(self._ready.pid, self._ready.versions, self._ready.capacity, sandbox, self._ready.probe)
-            )
+            self._send(self._ready)
             return self._serve()
         finally:
             self._wire.close()

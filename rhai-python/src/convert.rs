@@ -104,10 +104,11 @@ pub fn to_dynamic(obj: &Bound<'_, PyAny>, depth: usize) -> Result<Dynamic, ConvE
     if let Ok(f) = obj.cast::<PyFloat>() {
         return Ok(Dynamic::from_float(f.value()));
     }
-    let container = obj.cast::<PyDict>().is_ok()
-        || obj.cast::<PyList>().is_ok()
-        || obj.cast::<PyTuple>().is_ok();
-    if depth >= MAX_DEPTH && container {
+    if depth >= MAX_DEPTH
+        && (obj.cast::<PyDict>().is_ok()
+            || obj.cast::<PyList>().is_ok()
+            || obj.cast::<PyTuple>().is_ok())
+    {
         return Err(too_deep());
     }
     if let Ok(d) = obj.cast::<PyDict>() {

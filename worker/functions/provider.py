@@ -20,11 +20,11 @@ from urllib.parse import quote
 import rhai
 
 __all__ = [
+    "FUNCTIONS",
     "count_tokens_heuristic",
     "decode_base64",
     "encode_base64",
     "encode_uri",
-    "FUNCTIONS",
     "parse_sse",
 ]
 
