@@ -8,7 +8,7 @@ ERROR message, so nothing above this module needs to know rhai's classes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -120,17 +120,27 @@ def translate(exc: BaseException) -> ScriptFailure:
 class Engines:
     """One engine per script kind; helper sets and host functions registered once at start-up."""
 
-    def __init__(self, host_functions: Mapping[str, Mapping[str, Callable[..., Any]]]) -> None:
+    def __init__(
+        self,
+        host_functions: Mapping[str, Mapping[str, Callable[..., Any]]],
+        waits: Mapping[str, Sequence[tuple[str, Callable[..., Any], tuple[str, ...]]]] | None = None,
+    ) -> None:
+        """``waits``: typed overrides (name, function, parameter types) of standard functions that wait."""
         self._engines: dict[str, rhai.Engine] = {}
         for kind, budget in BUDGETS.items():
             # The reference passes hook arguments unchecked; only what scripts build is size-checked.
             engine = rhai.Engine(
-                **budget, output_limit=OUTPUT_LIMIT, json_functions=kind != "region", check_argument_sizes=False
+                **budget,
+                output_limit=OUTPUT_LIMIT,
+                json_functions=kind != "region",
+                check_argument_sizes=False,
             )
             for name, (fn, types) in HELPERS[kind].items():
                 engine.register_fn(name, fn, types=list(types) if types else None)
             for name, fn in host_functions.get(kind, {}).items():
                 engine.register_fn(name, fn)
+            for name, fn, types in (waits or {}).get(kind, ()):
+                engine.register_fn(name, fn, types=list(types))
             self._engines[kind] = engine
 
     def compile(self, kind: str, source: str, name: str) -> Compiled:

@@ -1,8 +1,11 @@
 """Brokered host functions and chunk emission: a script thread's side of HOST_CALL and CHUNK.
 
-Each threaded call owns a ``CallChannel``.  The loop thread only *feeds* it
-(HOST_REPLY, HOST_CHUNK, CREDIT, cancel); the script thread alone reads its inbox
-and keeps its state, so no locks are needed.  Outgoing messages go through the
+Each provider call owns a ``CallChannel``.  The loop thread only *feeds* it
+(HOST_REPLY, HOST_CHUNK, CREDIT, cancel); the thread running the script alone
+reads its inbox and keeps its state, so no locks are needed.  A call running on a
+script thread blocks on its inbox; the one call the loop thread runs itself
+(``worker.loop``) waits through ``serve``, the loop's own receive loop, so its
+replies arrive without any thread hand-off.  Outgoing messages go through the
 ``Outbox``, straight onto the worker's socket (``worker.loop.Wire``): a script
 thread sends its own HOST_CALL, CHUNK and RESULT instead of waking the loop thread
 to do it (after an idle wait that hop cost ~0.1 ms each way of a provider call).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
@@ -25,7 +29,7 @@ import rhai
 from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Message, ProtocolError, encode
 from worker.engine import CallAborted, DeadlineReached
 
-__all__ = ["HOST_FUNCTIONS", "CallChannel", "Outbox", "bound_to"]
+__all__ = ["HOST_FUNCTIONS", "WAITS", "CallChannel", "Outbox", "bound_to"]
 
 _CANCEL: Final = object()
 _current = threading.local()
@@ -45,8 +49,16 @@ class Outbox:
 class CallChannel:
     """The script thread's view of one call's traffic with the coordinator."""
 
-    def __init__(self, call_id: int, outbox: Outbox, window: int) -> None:
+    def __init__(
+        self,
+        call_id: int,
+        outbox: Outbox,
+        window: int,
+        serve: Callable[[queue.SimpleQueue[object], float | None], object] | None = None,
+    ) -> None:
+        """``serve(inbox, timeout)``: on the loop thread, receive until ``inbox`` has a message."""
         self.id = call_id
+        self._serve = serve
         self.token = rhai.CancelToken()
         self.host_calls = 0
         self._outbox, self._inbox = outbox, queue.SimpleQueue[object]()
@@ -63,12 +75,23 @@ class CallChannel:
         self._inbox.put(_CANCEL)
 
     # -- script thread -------------------------------------------------------
-    def _pump(self) -> None:
-        """Wait for the next message for this call, but never past the call's own deadline."""
+    def _pump(self, until: float | None = None) -> bool:
+        """Wait for the next message for this call (``True``), or until ``until`` (monotonic) passes
+        (``False``), but never past the call's own deadline."""
         remaining = rhai.current_call_remaining()
+        timeout = None if remaining is None else max(remaining, 0.0)
+        woken = False
+        if until is not None:
+            left = max(until - time.monotonic(), 0.0)
+            if timeout is None or left < timeout:
+                timeout, woken = left, True
         try:
-            message = self._inbox.get(timeout=None if remaining is None else max(remaining, 0.0))
+            message = (
+                self._inbox.get(timeout=timeout) if self._serve is None else self._serve(self._inbox, timeout)
+            )
         except queue.Empty:
+            if woken:
+                return False
             raise DeadlineReached("the call's deadline passed while it waited for the coordinator") from None
         if message is _CANCEL:
             raise CallAborted("call cancelled")
@@ -78,6 +101,16 @@ class CallChannel:
             self._chunks[message.hid].append(message.value)
         elif isinstance(message, Credit) and message.hid == 0:
             self._credits += message.n
+        return True
+
+    def sleep(self, seconds: float) -> None:
+        """Rhai's ``sleep``: a wait like any other, so cancel and the deadline end it, and a call the
+        loop thread runs keeps serving the socket meanwhile (non-positive and NaN: no wait)."""
+        if not seconds > 0:
+            return
+        until = time.monotonic() + min(seconds, 1e9)
+        while self._pump(until):
+            pass
 
     def _send(self, message: Message) -> None:
         try:
@@ -131,18 +164,24 @@ class CallChannel:
 
 
 class bound_to:
-    """Make ``channel`` the target of host functions called on this thread (a class: it runs per call)."""
+    """Make ``channel`` the target of host functions called on this thread (a class: it runs per call).
 
-    __slots__ = ("_channel",)
+    Calls nest on the loop thread (a region call served while its provider call waits), so the
+    previous binding is restored on exit.
+    """
+
+    __slots__ = ("_channel", "_previous")
 
     def __init__(self, channel: CallChannel | None) -> None:
         self._channel = channel
+        self._previous: CallChannel | None = None
 
     def __enter__(self) -> None:
+        self._previous = getattr(_current, "channel", None)
         _current.channel = self._channel
 
     def __exit__(self, *exc: object) -> None:
-        _current.channel = None
+        _current.channel = self._previous
 
 
 def _channel() -> CallChannel:
@@ -178,3 +217,19 @@ HOST_FUNCTIONS: Final[dict[str, dict[str, Callable[..., Any]]]] = {
     },
 }
 """Worker-side implementations of ``proto.host.BROKERED`` (a test keeps names and arities equal)."""
+
+
+def sleep(seconds: float) -> None:
+    channel = getattr(_current, "channel", None)
+    if channel is not None:
+        channel.sleep(seconds)
+    elif seconds > 0:  # never reached by provider calls (all are channelled); bounded all the same
+        remaining = rhai.current_call_remaining()
+        time.sleep(min(seconds, 1e9) if remaining is None else max(min(seconds, remaining), 0.0))
+
+
+WAITS: Final[dict[str, list[tuple[str, Callable[..., Any], tuple[str, ...]]]]] = {
+    "region": [],
+    "provider": [("sleep", sleep, ("int",)), ("sleep", sleep, ("float",))],
+}
+"""Typed overrides of standard functions that wait: they wait through the call's channel."""

@@ -9,6 +9,7 @@ import hashlib
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,8 @@ fn guarded(u) { let r = ""; try { r = http_get(u); } catch (e) { r = "caught " +
 fn relay(u, on_chunk) { stream_request(u, "{}", #{}, |p| on_chunk.call(#{delta: p})); "done" }
 fn count(n, on_chunk) { for i in 0..n { on_chunk.call(i); } n }
 fn wait() { sleep(30); 1 }
+fn nap(s) { sleep(s); "rested" }
+fn twice(u) { let a = http_get(u); let b = http_get(u + "/2"); a + b }
 """
 SHA = hashlib.sha256(SOURCE.encode()).hexdigest()
 
@@ -150,6 +153,56 @@ def test_output_stream_waits_for_credit(bare: Bare) -> None:
     bare.send(Credit(call, 0, 3))
     rest = [bare.recv() for _ in range(4)]
     assert [m.value for m in rest[:3]] == [2, 3, 4] and isinstance(rest[3], Result) and rest[3].value == 5
+
+
+def test_a_sleeping_call_does_not_hold_up_the_worker(bare: Bare) -> None:
+    """The first provider call runs on the loop thread: its sleep must keep serving the socket."""
+    sleeper = bare.call("wait", [])
+    started = time.monotonic()
+    other = bare.call("fetch", ["http://x"], source=False)
+    host = bare.recv(timeout=2.0)
+    assert isinstance(host, HostCall) and host.id == other
+    bare.send(HostReply(other, host.hid, True, "b"))
+    assert bare.recv(timeout=2.0).value == "b!"
+    region = bare.call("add", [1, 2], kind="region")
+    assert bare.recv(timeout=2.0).value == 3
+    beat = bare.recv(timeout=2.0, skip_heartbeats=False)  # heartbeats go on meanwhile
+    assert isinstance(beat, Heartbeat) and beat.stats["inflight"] >= 1
+    bare.send(Cancel(sleeper))
+    reply = bare.recv(timeout=2.0)
+    assert isinstance(reply, Error) and (reply.id, reply.cls) == (sleeper, "Cancelled")
+    assert time.monotonic() - started < 5.0 and region
+
+
+@pytest.mark.parametrize(("seconds", "cls"), [(0, None), (-1, None), (0.05, None), (30.0, "ScriptTimeout")])
+def test_sleep_is_bounded_by_the_deadline(bare: Bare, seconds: float, cls: str | None) -> None:
+    call_id = next(bare.ids)
+    bare.send(Call(call_id, "call", "provider", SHA, "nap", [seconds], 0.3, "t", "t.rhai", SOURCE, 2))
+    started = time.monotonic()
+    reply = bare.recv(timeout=5.0)
+    if cls is None:
+        assert isinstance(reply, Result) and reply.value == "rested"
+    else:
+        assert isinstance(reply, Error) and reply.cls == cls and reply.limit == "deadline"
+        assert 0.25 < time.monotonic() - started < 2.0
+
+
+def test_a_region_call_served_while_a_provider_call_waits_leaves_it_intact(bare: Bare) -> None:
+    """A region call nested on the loop thread restores the waiting call's host channel after it."""
+    call = bare.call("twice", ["http://x"])
+    first = bare.recv()
+    assert isinstance(first, HostCall) and first.args == ["http://x"]
+    region = bare.call("add", [20, 22], kind="region", source=False)
+    load = bare.recv()
+    assert isinstance(load, Error) and (load.id, load.cls) == (region, "ScriptMissing")
+    region = bare.call("add", [20, 22], kind="region")
+    assert bare.recv().value == 42
+    bare.send(HostReply(call, first.hid, True, "a"))
+    second = bare.recv()
+    assert isinstance(second, HostCall) and second.args == ["http://x/2"]
+    bare.send(HostReply(call, second.hid, True, "b"))
+    reply = bare.recv()
+    assert isinstance(reply, Result) and (reply.id, reply.value) == (call, "ab")
 
 
 def test_cancel_then_shutdown_says_goodbye(bare: Bare) -> None:
