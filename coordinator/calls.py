@@ -154,6 +154,8 @@ class Call:
     chunks: int = 0
     attempt: Attempt | None = None
     resident: Resident | None = None
+    alone: bool = False
+    """Its script is a suspect (``coordinator.isolation``): run it on a worker holding nothing else."""
 
     @property
     def inline(self) -> bool:

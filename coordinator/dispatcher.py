@@ -10,7 +10,8 @@
                    │
        deadline timer: inline call → kill worker (blame it, or not if the worker is SIGSTOPped)
                        threaded call → CANCEL, fail with ScriptTimeout, expect a late reply
-       worker exit (supervisor) → blamed attempt fails + strikes its script; others re-run if safe
+       worker exit (supervisor) → blamed attempt fails + strikes its script; others re-run if safe;
+                                  ambiguous → the running scripts' calls run alone for a while
 
 Inline calls (region ``call`` and every ``load``) run one at a time on a worker's
 loop thread; up to ``region_pipeline`` may be queued there, and only the head's
@@ -30,31 +31,17 @@ from typing import Any
 from coordinator import outcomes
 from coordinator.calls import Attempt, Call, InvalidChunk
 from coordinator.config import PoolConfig
-from coordinator.errors import CallFailed, Overloaded, PoolClosed, Quarantined, ScriptTimeout
+from coordinator.errors import CallFailed, Overloaded, PoolClosed, Quarantined
 from coordinator.hostcalls import HostBridge, Spawn
+from coordinator.isolation import Suspects
 from coordinator.quarantine import Quarantine
 from coordinator.queue import FairQueue
 from coordinator.supervisor import Supervisor
 from coordinator.transport import Router
 from coordinator.workers import Worker, WorkerState
-from proto import (
-    FROM_WORKER,
-    Cancel,
-    Chunk,
-    Credit,
-    Error,
-    Goodbye,
-    HostCall,
-    HostReply,
-    Message,
-    ProtocolError,
-    Ready,
-    Result,
-    encode,
-)
-from proto import (
-    Call as CallMessage,
-)
+from proto import FROM_WORKER, Cancel, Chunk, Credit, Error, Goodbye, HostCall, HostReply, Message
+from proto import Call as CallMessage
+from proto import ProtocolError, Ready, Result, encode
 
 __all__ = ["Dispatcher"]
 
@@ -69,6 +56,7 @@ class Dispatcher:
         self._loop = asyncio.get_running_loop()
         self._queue = FairQueue()
         self._quarantine = Quarantine(config.retry)
+        self._suspects = Suspects(config.retry.window)
         self._host = HostBridge(self._send_for, spawn, config.stream_window)
         self._wire_ids = itertools.count(1)
         self._active: list[Worker] = []
@@ -93,6 +81,7 @@ class Dispatcher:
             call.finish(Overloaded(f"queue full ({self._config.queue_size} calls waiting)"))
             return
         call.enqueued_at = now
+        call.alone = call.alone or self._suspects.isolate(call.handle.sha256, now)
         self.inflight[call.id] = call
         call.future.add_done_callback(lambda _: self._settled(call))
         if not self._queue:
@@ -117,6 +106,8 @@ class Dispatcher:
     def _pick(self, call: Call) -> Worker | None:
         key, best, best_score = (call.handle.kind, call.handle.sha256), None, None
         for worker in self._active:
+            if worker.alone or (worker.attempts if call.alone else worker.reserved):
+                continue
             if call.inline:
                 depth = len(worker.inline)
                 if depth >= self._config.region_pipeline:
@@ -146,6 +137,16 @@ class Dispatcher:
                     self._queue.pop(call)
                     self._send_attempt(call, worker)
                     progress = True
+        self._reserve()
+
+    def _reserve(self) -> None:
+        """While a suspect's call waits, keep one worker (the least busy) draining for it."""
+        reserved = [w for w in self._active if w.reserved]
+        if not self._queue or not any(call.alone for call in self._queue.heads()):
+            for worker in reserved:
+                worker.reserved = False
+        elif not reserved and (candidates := [w for w in self._active if not w.alone]):
+            min(candidates, key=lambda w: len(w.attempts)).reserved = True
 
     def _send_attempt(self, call: Call, worker: Worker) -> None:
         handle, key = call.handle, (call.handle.kind, call.handle.sha256)
@@ -162,6 +163,8 @@ class Dispatcher:
             call.finish(CallFailed(f"arguments cannot be sent to a worker: {exc}", cause="invalid arguments"))
             return
         worker.scripts.add(key)
+        if call.alone:
+            worker.alone, worker.reserved = True, False
         attempt = Attempt(wire, call, worker, started=time.monotonic())
         worker.attempts[wire] = attempt
         call.attempt = attempt
@@ -199,7 +202,7 @@ class Dispatcher:
                 self._supervisor.kill(worker, "deadline", attempt)
             return
         self._forget(attempt, cancel=True)
-        call.finish(_timeout(call, worker))
+        call.finish(outcomes.timeout_error(call, worker))
         self.pump()
 
     def _forget(self, attempt: Attempt, *, cancel: bool) -> None:
@@ -207,11 +210,7 @@ class Dispatcher:
         worker = attempt.worker
         if worker.attempts.pop(attempt.wire_id, None) is None:
             return
-        attempt.abandon()
-        if attempt in worker.inline:
-            worker.inline.remove(attempt)
-        else:
-            worker.threaded -= 1
+        self._detach(attempt)
         worker.zombies[attempt.wire_id] = time.monotonic()
         if cancel:
             self._router.send(worker.identity, Cancel(attempt.wire_id))
@@ -221,9 +220,8 @@ class Dispatcher:
         worker = self._supervisor.workers.get(identity)
         if worker is None:
             self.dropped += 1
-            log.warning(
-                "dropped a message from unknown peer %s: %s", identity[:16].hex(), type(message).__name__
-            )
+            peer, name = identity[:16].hex(), type(message).__name__
+            log.warning("dropped a message from unknown peer %s: %s", peer, name)
             return
         worker.last_seen = time.monotonic()
         if isinstance(message, ProtocolError) or type(message).COMMAND not in FROM_WORKER:
@@ -252,11 +250,9 @@ class Dispatcher:
     def _drop(self, worker: Worker, message: Any) -> None:
         if worker.zombies.get(message.id) is None:
             self.dropped += 1
+            name = type(message).__name__
             log.warning(
-                "worker %s sent %s for call %d it does not hold; dropped",
-                worker.id,
-                type(message).__name__,
-                message.id,
+                "worker %s sent %s for call %d it does not hold; dropped", worker.id, name, message.id
             )
 
     def _complete(self, worker: Worker, message: Result | Error) -> None:
@@ -269,6 +265,8 @@ class Dispatcher:
         self._detach(attempt)
         worker.calls += 1
         call = attempt.call
+        if call.alone:
+            self._suspects.finished_alone(call.handle.sha256)
         if isinstance(message, Error) and message.cls == "ScriptMissing":
             worker.scripts.discard((call.handle.kind, call.handle.sha256))
             self._queue.push(call, front=True)
@@ -285,6 +283,7 @@ class Dispatcher:
     def _detach(self, attempt: Attempt) -> None:
         worker = attempt.worker
         attempt.abandon()
+        worker.alone = worker.alone and not attempt.call.alone
         if worker.inline and worker.inline[0] is attempt:
             worker.inline.popleft()
             if worker.inline:
@@ -333,8 +332,11 @@ class Dispatcher:
     def worker_exited(self, worker: Worker) -> None:
         """Settle every attempt of a dead worker: blame one, re-run the others when safe."""
         self._active = [w for w in self._active if w is not worker and w.state is WorkerState.ACTIVE]
-        blamed = outcomes.blamed_attempt(worker)
+        blamed, suspects = outcomes.blame(worker)
         now = time.monotonic()
+        for attempt in suspects:
+            self._suspects.suspect(attempt.call.handle.sha256, now)
+            attempt.call.alone = True
         for attempt in list(worker.attempts.values()):
             attempt.abandon()
             call = attempt.call
@@ -389,10 +391,3 @@ class Dispatcher:
     @property
     def quarantined(self) -> int:
         return len(self._quarantine)
-
-
-def _timeout(call: Call, worker: Worker) -> CallFailed:
-    return ScriptTimeout(
-        f"no answer within its {call.timeout:g} s deadline; the call was cancelled",
-        **outcomes.fields(call, worker),
-    )

@@ -5,7 +5,9 @@ Blame rules after a worker death (ARCHITECTURE §4):
 - a death we did not cause by SIGKILL/SIGTERM is external (an operator, the OOM
   killer's victim selection is not the script's doing) and blames nobody;
 - any other death we did not cause (abort, segfault, non-zero exit) blames the
-  inline call that was running, or the only threaded call if there was one;
+  call that was running if only one was (the inline head or a threaded call);
+- with several running, such a death (or a memory kill) is ambiguous: it blames
+  nobody and makes each running call's script a suspect (``coordinator.isolation``);
 - our other kills (frozen, heartbeat lost, unreachable, closing) blame nobody.
 A blamed call fails and strikes its script; an unblamed call is re-run when safe.
 """
@@ -33,7 +35,16 @@ if TYPE_CHECKING:
     from coordinator.calls import Attempt, Call
     from coordinator.workers import Worker
 
-__all__ = ["blamed_attempt", "death_error", "fields", "from_error", "from_result", "may_rerun"]
+__all__ = [
+    "blame",
+    "death_error",
+    "fields",
+    "from_error",
+    "from_result",
+    "may_rerun",
+    "running",
+    "timeout_error",
+]
 
 _EXTERNAL = (-signal.SIGKILL, -signal.SIGTERM)
 _BLAMING_KILLS = ("deadline", "memory", "protocol")
@@ -81,16 +92,33 @@ def from_error(call: Call, worker: Worker, msg: Error) -> CallFailed | LoadError
     )
 
 
-def blamed_attempt(worker: Worker) -> Attempt | None:
-    """Which attempt, if any, caused this worker's death (see the module docstring)."""
+def running(worker: Worker) -> list[Attempt]:
+    """The attempts executing on ``worker``: the inline head and every threaded one (not queued ones)."""
+    head = worker.head
+    return [a for a in worker.attempts.values() if a is head or not a.call.inline]
+
+
+def blame(worker: Worker) -> tuple[Attempt | None, list[Attempt]]:
+    """Which attempt caused this worker's death, or the suspects when that is ambiguous (docstring)."""
     if worker.kill_reason:
-        return worker.kill_target if worker.kill_reason in _BLAMING_KILLS else None
+        if worker.kill_reason not in _BLAMING_KILLS:
+            return None, []
+        if worker.kill_target is not None:
+            return worker.kill_target, []
+        return None, running(worker)
     if worker.goodbye or worker.process.returncode in _EXTERNAL:
-        return None
-    if worker.head is not None:
-        return worker.head
-    attempts = list(worker.attempts.values())
-    return attempts[0] if len(attempts) == 1 else None
+        return None, []
+    suspects = running(worker)
+    if len(suspects) == 1:
+        return suspects[0], []
+    return None, suspects
+
+
+def timeout_error(call: Call, worker: Worker) -> CallFailed:
+    """A threaded call we gave up on at its deadline (the worker lives on)."""
+    return ScriptTimeout(
+        f"no answer within its {call.timeout:g} s deadline; the call was cancelled", **fields(call, worker)
+    )
 
 
 def death_error(call: Call, worker: Worker, *, blamed: bool, why_not_rerun: str = "") -> CallFailed:

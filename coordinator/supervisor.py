@@ -29,6 +29,7 @@ from typing import Final, Protocol
 
 import psutil
 
+from coordinator import outcomes
 from coordinator.config import PoolConfig
 from coordinator.workers import Worker, WorkerState, describe_exit
 from proto import SUPPORTED_VERSIONS, Ready
@@ -259,9 +260,8 @@ class Supervisor:
             if worker.calls and not worker.rss_base:
                 worker.rss_base = worker.rss
             if worker.rss > limit:
-                attempts = list(worker.attempts.values())
-                target = worker.head or (attempts[0] if len(attempts) == 1 else None)
-                self.kill(worker, "memory", target)
+                running = outcomes.running(worker)
+                self.kill(worker, "memory", running[0] if len(running) == 1 else None)
 
     def retire(self, worker: Worker) -> None:
         """Recycle without failing or delaying a call: only when a warm spare can take the slot."""

@@ -43,6 +43,10 @@ class Worker:
     zombies: dict[int, Any] = field(default_factory=dict)
     """Wire ids of attempts given up on (deadline/cancel) whose late reply is expected and dropped."""
     scripts: set[tuple[str, str]] = field(default_factory=set)
+    alone: bool = False
+    """It runs a suspect's call, so nothing else is placed here (``coordinator.isolation``)."""
+    reserved: bool = False
+    """Kept free for a suspect's call: nothing new is placed here until it is empty."""
     calls: int = 0
     rss_base: int = 0
     rss: int = 0

@@ -1,8 +1,9 @@
-"""The quarantine circuit breaker, with time passed in (no sleeps)."""
+"""The quarantine circuit breaker and the suspects list, with time passed in (no sleeps)."""
 
 from __future__ import annotations
 
 from coordinator.config import RetryPolicy
+from coordinator.isolation import CLEAR_AFTER, Suspects
 from coordinator.quarantine import Quarantine
 
 
@@ -22,3 +23,22 @@ def test_old_strikes_fall_out_of_the_window() -> None:
     assert not breaker.strike("s", 0.0, "x")
     assert not breaker.strike("s", 10.0, "x")
     assert breaker.strike("s", 12.0, "x")
+
+
+def test_suspects_run_alone_until_cleared_or_the_window_passes() -> None:
+    suspects = Suspects(window=60)
+    assert not suspects.isolate("s", 0.0)
+    suspects.suspect("s", 0.0)
+    suspects.suspect("t", 0.0)
+    assert suspects.isolate("s", 1.0) and suspects.isolate("t", 1.0) and len(suspects) == 2
+    for _ in range(CLEAR_AFTER - 1):
+        suspects.finished_alone("s")
+    assert suspects.isolate("s", 2.0)
+    suspects.suspect("s", 3.0)  # suspected again: the clean count starts over
+    for _ in range(CLEAR_AFTER - 1):
+        suspects.finished_alone("s")
+    assert suspects.isolate("s", 4.0)
+    suspects.finished_alone("s")
+    assert not suspects.isolate("s", 4.0)
+    suspects.finished_alone("never-suspected")
+    assert suspects.isolate("t", 59.0) and not suspects.isolate("t", 60.0) and len(suspects) == 0

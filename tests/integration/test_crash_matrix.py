@@ -160,3 +160,33 @@ def test_a_script_that_keeps_killing_workers_is_quarantined() -> None:
             assert await pool.call(other, "g") == 7
 
     run(scenario())
+
+
+def test_a_killer_beside_other_calls_is_found_by_running_suspects_alone() -> None:
+    """A worker dying with several calls running blames none of them: it makes their scripts suspects,
+    whose calls then run alone, so the killer's next crash is its own and only it is quarantined."""
+
+    async def scenario() -> None:
+        config = PoolConfig(
+            workers=1,
+            spares=1,
+            limits=Limits(memory_bytes=512 << 20),
+            retry=RetryPolicy(strikes=2, quarantine=30, max_retries=2),
+        )
+        async with Pool(config) as pool:
+            killer = await pool.load(SCRIPT, name="killer.rhai", kind="provider")
+            napper = await pool.load("fn nap(s, v) { sleep(s); v }", name="napper.rhai", kind="provider")
+            naps = [asyncio.ensure_future(pool.call(napper, "nap", 1.5, i, timeout=20)) for i in range(3)]
+            await busy_worker_pid(pool, "nap")
+            with pytest.raises(LimitExceeded) as info:  # blamed once it ran alone, not "worker lost"
+                await pool.call(killer, "keys_bomb", timeout=30)
+            assert info.value.limit == "memory"
+            assert await asyncio.gather(*naps) == [0, 1, 2]  # re-run (alone), not failed
+            with pytest.raises(LimitExceeded):
+                await pool.call(killer, "keys_bomb", timeout=30)
+            with pytest.raises(Quarantined):
+                await pool.call(killer, "add", 1, 1)
+            assert await pool.call(napper, "nap", 0, "still trusted") == "still trusted"
+            assert pool.statistics().quarantined == 1
+
+    run(scenario(), timeout=120)
