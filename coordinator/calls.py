@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from coordinator.errors import CallFailed
+from coordinator.errors import CallFailed, Cancelled
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -90,6 +90,8 @@ class CallStream:
 
     Iteration raises the call's error if it failed.  Each chunk taken grants the
     worker one more credit, so at most ``stream_window`` chunks are ever buffered.
+    A consumer that stops early calls ``aclose()`` (or uses ``contextlib.aclosing``):
+    the call is cancelled in its worker instead of waiting there for credit.
     """
 
     def __init__(self) -> None:
@@ -97,6 +99,7 @@ class CallStream:
         self._wakeup = asyncio.Event()
         self._outcome: CallResult | BaseException | None = None
         self.credit: Callable[[int], None] = lambda n: None
+        self.cancel: Callable[[], None] = lambda: None
 
     def push(self, value: Any) -> None:
         self._chunks.append(value)
@@ -109,6 +112,12 @@ class CallStream:
 
     def __aiter__(self) -> CallStream:
         return self
+
+    async def aclose(self) -> None:
+        """Cancel the call if it has not ended (idempotent); iteration then ends with ``Cancelled``."""
+        if self._outcome is None:
+            self.cancel()
+            self.close(Cancelled("the stream was closed by its consumer before the call ended"))
 
     async def __anext__(self) -> Any:
         while not self._chunks and self._outcome is None:

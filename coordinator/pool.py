@@ -224,6 +224,7 @@ class Pool:
         stream = CallStream()
         call = self._new_call(handle, "stream", function, list(args), timeout, tenant, host, stream)
         stream.credit = lambda n: self._dispatcher.credit(call, n)
+        stream.cancel = call.future.cancel
         call.future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
         self._dispatcher.submit(call)
         return stream

@@ -85,8 +85,14 @@ class PoolExecutor:
         """Chunks as the script emits them, then one :class:`StreamEnd`; failures as ProviderError."""
         try:
             stream = self.pool.stream(handle, fn, *args, host=host, timeout=timeout)
-            async for chunk in stream:
-                yield chunk
         except Exception as exc:
             raise translate(exc) from exc
-        yield StreamEnd(stream.value)
+        try:
+            try:
+                async for chunk in stream:
+                    yield chunk
+            except Exception as exc:
+                raise translate(exc) from exc
+            yield StreamEnd(stream.value)
+        finally:  # a consumer that stopped early: cancel the call in its worker
+            await stream.aclose()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pool_support import run
 
-from coordinator.errors import HostCallError, ScriptError, WorkerLost
+from coordinator.errors import Cancelled, HostCallError, ScriptError, WorkerLost
 from coordinator.pool import Pool
 
 PROVIDER = """
@@ -85,6 +85,33 @@ def test_stream_yields_chunks_then_the_value() -> None:
             chunks = [chunk async for chunk in stream]
             assert chunks == [{"delta": str(i)} for i in range(50)]
             assert stream.value == {"content": "done", "n": 50}
+
+    run(scenario())
+
+
+def test_a_stream_closed_early_cancels_its_call_in_the_worker() -> None:
+    """A consumer that stops after two chunks frees the worker at once, not at the deadline."""
+
+    async def scenario() -> None:
+        async with Pool(workers=1, spares=0, stream_window=2) as pool:
+            handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+            pid = pool.workers()[0].pid
+            stream = pool.stream(handle, "stream", {}, {"n": 1_000_000}, timeout=60)
+            assert [await anext(stream), await anext(stream)] == [{"delta": "0"}, {"delta": "1"}]
+            await stream.aclose()
+            with pytest.raises(Cancelled, match="closed by its consumer"):
+                await anext(stream)
+            await stream.aclose()  # idempotent
+            for _ in range(200):
+                if not pool.workers()[0].running:
+                    break
+                await asyncio.sleep(0.01)
+            assert pool.workers()[0].running == () and pool.statistics().inflight == 0
+            assert pool.workers()[0].pid == pid  # cancelled, not killed
+            finished = pool.stream(handle, "stream", {}, {"n": 1})
+            assert [c async for c in finished] == [{"delta": "0"}]
+            await finished.aclose()  # after the end: nothing to cancel
+            assert finished.value == {"content": "done", "n": 1}
 
     run(scenario())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -191,3 +192,26 @@ def test_unconvertible_chunk_is_an_error_item_and_the_stream_goes_on(harness: Ha
         harness, 'on_chunk.call(#{delta: "a"}); on_chunk.call(#{delta: |x| x}); on_chunk.call(#{delta: "b"});'
     )
     assert [type(i).__name__ for i in items] == ["Chunk", "InvalidResponse", "Chunk"]
+
+
+def test_a_consumer_that_stops_early_cancels_the_script(harness: Harness) -> None:
+    harness.write("p", INIT + 'fn stream(state, request, on_chunk) { loop { on_chunk.call(#{delta: "x"}); } }\n')
+    harness.table("p", base_url=harness.server.url)
+
+    async def take_two(rt: ProviderRuntime) -> tuple[list[str], int]:
+        async with contextlib.aclosing(rt.stream("p", REQ)) as items:
+            taken = []
+            async for item in items:
+                assert isinstance(item, Chunk)
+                taken.append(item.delta)
+                if len(taken) == 2:
+                    break
+        pool = rt.executor.pool  # type: ignore[attr-defined]
+        for _ in range(200):
+            if pool.statistics().inflight == 0:
+                break
+            await asyncio.sleep(0.01)
+        return taken, pool.statistics().inflight
+
+    taken, inflight = harness.run(take_two)
+    assert taken == ["x", "x"] and inflight == 0
