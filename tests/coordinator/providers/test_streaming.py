@@ -195,7 +195,9 @@ def test_unconvertible_chunk_is_an_error_item_and_the_stream_goes_on(harness: Ha
 
 
 def test_a_consumer_that_stops_early_cancels_the_script(harness: Harness) -> None:
-    harness.write("p", INIT + 'fn stream(state, request, on_chunk) { loop { on_chunk.call(#{delta: "x"}); } }\n')
+    harness.write(
+        "p", INIT + 'fn stream(state, request, on_chunk) { loop { on_chunk.call(#{delta: "x"}); } }\n'
+    )
     harness.table("p", base_url=harness.server.url)
 
     async def take_two(rt: ProviderRuntime) -> tuple[list[str], int]:
