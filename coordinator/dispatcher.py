@@ -78,8 +78,12 @@ class Dispatcher:
             call.finish(Quarantined(msg, until=until, cause=cause, **outcomes.fields(call, None)))
             return
         if len(self._queue) >= self._config.queue_size:
-            call.finish(Overloaded(f"queue full ({self._config.queue_size} calls waiting)"))
-            return
+            full = f"queue full ({self._config.queue_size} calls waiting)"
+            victim = self._queue.push_out_for(call.tenant)
+            if victim is None:
+                call.finish(Overloaded(f"{full}; tenant {call.tenant!r} holds the most"))
+                return
+            victim.finish(Overloaded(f"{full}; pushed out: tenant {victim.tenant!r} holds the most"))
         call.enqueued_at = now
         call.alone = call.alone or self._suspects.isolate(call.handle.sha256, now)
         self.inflight[call.id] = call

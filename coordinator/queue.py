@@ -1,7 +1,9 @@
 """A bounded queue that is fair across tenants: round robin over per-tenant FIFOs.
 
 A tenant flooding the pool only lengthens its own FIFO; a quiet tenant's call is
-at the head of its FIFO and is offered within one round.
+at the head of its FIFO and is offered within one round.  When the bound is
+reached, room is made by pushing out the newest call of the tenant holding the
+most (longest-queue drop): a flood costs the flooder, never a quiet tenant.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ class FairQueue:
             self._tenants.move_to_end(call.tenant)
         else:
             del self._tenants[call.tenant]
+
+    def push_out_for(self, tenant: str) -> Call | None:
+        """(Queue full) remove and return the newest call of the tenant holding the most calls, if that
+        tenant holds more than ``tenant`` would after its own push; else ``None`` (refuse the newcomer)."""
+        own = len(self._tenants.get(tenant, ()))
+        longest = max(self._tenants, key=lambda t: len(self._tenants[t]), default=None)
+        if longest is None or len(self._tenants[longest]) <= own + 1:
+            return None
+        fifo = self._tenants[longest]
+        self._size -= 1
+        return fifo.pop()  # the rotation order stays as it was
 
     def clear(self) -> None:
         self._tenants.clear()

@@ -123,6 +123,26 @@ def test_bounded_queue_raises_overloaded() -> None:
     run(scenario())
 
 
+def test_a_full_queue_turns_away_the_flooding_tenant_not_a_quiet_one() -> None:
+    async def scenario() -> None:
+        async with Pool(workers=1, spares=0, queue_size=4, region_pipeline=1) as pool:
+            handle = await pool.load(SCRIPT, name="s.rhai")
+            flood = [
+                asyncio.ensure_future(pool.call(handle, "sleepy", 0.1, i, timeout=5, tenant="flood"))
+                for i in range(5)  # one runs, four fill the queue
+            ]
+            await asyncio.sleep(0.05)
+            quiet = asyncio.ensure_future(pool.call(handle, "add", 1, 2, tenant="quiet"))
+            more = asyncio.ensure_future(pool.call(handle, "sleepy", 0, "late", tenant="flood"))
+            results = await asyncio.gather(*flood, more, return_exceptions=True)
+            assert await quiet == 3
+            assert results[:4] == [0, 1, 2, 3]
+            assert isinstance(results[4], Overloaded) and "pushed out" in str(results[4])
+            assert isinstance(results[5], Overloaded) and "'flood' holds the most" in str(results[5])
+
+    run(scenario())
+
+
 def test_queue_wait_limit_is_overloaded() -> None:
     async def scenario() -> None:
         config = PoolConfig(workers=1, spares=0, region_pipeline=1, deadlines=Deadlines(queue=0.2))

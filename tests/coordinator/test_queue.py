@@ -40,3 +40,20 @@ def test_front_insertion_and_heads() -> None:
     assert len(queue) == 3
     queue.clear()
     assert len(queue) == 0 and list(queue.heads()) == []
+
+
+def test_a_full_queue_pushes_out_the_longest_tenants_newest_call() -> None:
+    queue = FairQueue()
+    for i in range(5):
+        queue.push(call("flood", i))
+    queue.push(call("quiet", 0))
+    victim = queue.push_out_for("quiet")
+    assert (victim.tenant, victim.n) == ("flood", 4) and len(queue) == 5
+    queue.push(call("quiet", 1))
+    assert (queue.push_out_for("quiet").tenant, len(queue)) == ("flood", 5)  # 4 flood > 2 + newcomer
+    queue.push(call("quiet", 2))
+    assert queue.push_out_for("quiet") is None  # 3 flood vs 3 quiet + newcomer: refuse the newcomer
+    assert queue.push_out_for("flood") is None  # the same from the other side
+    victim = queue.push_out_for("newcomer")  # a tie: the first tenant in rotation gives way
+    assert (victim.tenant, victim.n) == ("flood", 2)
+    assert sorted(drain(queue)) == [("flood", 0), ("flood", 1), ("quiet", 0), ("quiet", 1), ("quiet", 2)]
