@@ -52,7 +52,9 @@ async def _sandbox_report() -> list[dict[str, Any]]:
     async with Pool(PoolConfig(workers=1, spares=0)) as pool:
         handle = await pool.load("fn ping() { true }", name="doctor.rhai", kind="region")
         healthy = await pool.call(handle, "ping", timeout=5.0) is True
-        return [{"worker": w.id, "pid": w.pid, "healthy": healthy, "sandbox": w.sandbox} for w in pool.workers()]
+        return [
+            {"worker": w.id, "pid": w.pid, "healthy": healthy, "sandbox": w.sandbox} for w in pool.workers()
+        ]
 
 
 @main.command()
@@ -72,14 +74,18 @@ def doctor(target: str | None, config_path: Path | None, as_json: bool) -> None:
         click.echo(json.dumps(report, ensure_ascii=False))
     else:
         for w in workers:
-            click.echo(f"worker {w['worker']} (pid {w['pid']}): {'healthy' if w['healthy'] else 'NOT healthy'}")
+            click.echo(
+                f"worker {w['worker']} (pid {w['pid']}): {'healthy' if w['healthy'] else 'NOT healthy'}"
+            )
             for layer, info in w["sandbox"].items():
                 if isinstance(info, dict) and "active" in info:
                     mark = "active  " if info["active"] else "INACTIVE"
                     click.echo(f"  {layer:<13} {mark} {info.get('detail', '')}")
         if target:
             inf = report["inference"]
-            click.echo(f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}")
+            click.echo(
+                f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}"
+            )
     sys.exit(0 if report["ok"] else 1)
 
 
@@ -91,7 +97,9 @@ def demo(scenario: Path | None) -> None:
 
     root = Path(__file__).resolve().parent.parent
     path = scenario or root / "examples" / "regions" / "brain.scenario.json"
-    click.secho(f"== region scenario {path.relative_to(root) if path.is_relative_to(root) else path}", bold=True)
+    click.secho(
+        f"== region scenario {path.relative_to(root) if path.is_relative_to(root) else path}", bold=True
+    )
     code = region_cli.run_test(path, as_json=False)
     click.echo()
     click.secho("== provider examples/providers/groq.rhai against a local stand-in API", bold=True)

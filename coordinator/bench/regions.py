@@ -49,7 +49,6 @@ fn render(ctx) {
 """
 
 
-
 class InProcessRunner:
     """The baseline: the same engine limits, called directly in this process."""
 

@@ -14,7 +14,9 @@ CLI = [sys.executable, "-c", "from coordinator.cli import main; main()"]
 
 
 def rhaipool(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
+    )
 
 
 def test_version() -> None:
@@ -57,7 +59,9 @@ def test_doctor_reports_every_layer_active() -> None:
     report = json.loads(out.stdout)
     assert report["ok"] is True
     (worker,) = report["workers"]
-    layers = {name: info for name, info in worker["sandbox"].items() if isinstance(info, dict) and "active" in info}
+    layers = {
+        name: info for name, info in worker["sandbox"].items() if isinstance(info, dict) and "active" in info
+    }
     for layer in ("env", "no_new_privs", "pdeathsig", "rlimits", "netns", "landlock", "seccomp"):
         assert layers[layer]["active"], (layer, layers[layer])
 

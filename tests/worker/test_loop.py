@@ -61,7 +61,6 @@ class Bare(BareWorker):
         return call_id
 
 
-
 @pytest.fixture
 def bare() -> Iterator[Bare]:
     with tempfile.TemporaryDirectory() as tmp:

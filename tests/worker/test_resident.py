@@ -161,7 +161,6 @@ class Worker(BareWorker):
         return reply
 
 
-
 @pytest.fixture
 def worker() -> Iterator[Worker]:
     with tempfile.TemporaryDirectory() as tmp:
