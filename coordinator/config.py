@@ -91,6 +91,9 @@ class PoolConfig:
     queue_size: int = DEFAULT_QUEUE_SIZE
     provider_capacity: int = DEFAULT_PROVIDER_CAPACITY
     """Concurrent threaded (provider/stream) calls one worker may hold."""
+    tenant_max_inflight: int | None = None
+    """Calls of one tenant placed at workers at once (``None``: no cap); over it, the tenant's further
+    calls wait their turn in the queue while other tenants' calls are placed."""
     region_pipeline: int = 2
     """Region calls queued at one worker (1 running + N-1 waiting): hides the round trip."""
     stream_window: int = 16

@@ -16,7 +16,9 @@
 Inline calls (region ``call`` and every ``load``) run one at a time on a worker's
 loop thread; up to ``region_pipeline`` may be queued there, and only the head's
 deadline timer runs.  Threaded calls (provider, streams) run up to the worker's
-capacity at once.  Everything here runs on the event loop thread.
+capacity at once.  Everything here runs on the event loop thread.  (Over 400 lines: one state
+machine; its parts that stand alone — queue, quarantine, suspects, outcomes, host calls — already
+live in modules of their own.)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +65,8 @@ class Dispatcher:
         self._active: list[Worker] = []
         self.closing = False
         self.inflight: dict[int, Call] = {}
+        self._placed: Counter[str] = Counter()
+        """Attempts at workers per tenant (``tenant_max_inflight``)."""
         self.ok = self.failed = self.retries = self.dropped = self.protocol_errors = 0
 
     # -- submission ----------------------------------------------------------
@@ -108,6 +113,9 @@ class Dispatcher:
             self._forget(attempt, cancel=True)
 
     def _pick(self, call: Call) -> Worker | None:
+        cap = self._config.tenant_max_inflight
+        if cap is not None and self._placed[call.tenant] >= cap:
+            return None
         key, best, best_score = (call.handle.kind, call.handle.sha256), None, None
         for worker in self._active:
             if worker.alone or (worker.attempts if call.alone else worker.reserved):
@@ -169,6 +177,7 @@ class Dispatcher:
         worker.scripts.add(key)
         if call.alone:
             worker.alone, worker.reserved = True, False
+        self._placed[call.tenant] += 1
         attempt = Attempt(wire, call, worker, started=time.monotonic())
         worker.attempts[wire] = attempt
         call.attempt = attempt
@@ -286,7 +295,7 @@ class Dispatcher:
 
     def _detach(self, attempt: Attempt) -> None:
         worker = attempt.worker
-        attempt.abandon()
+        self._release(attempt)
         worker.alone = worker.alone and not attempt.call.alone
         if worker.inline and worker.inline[0] is attempt:
             worker.inline.popleft()
@@ -342,7 +351,7 @@ class Dispatcher:
             self._suspects.suspect(attempt.call.handle.sha256, now)
             attempt.call.alone = True
         for attempt in list(worker.attempts.values()):
-            attempt.abandon()
+            self._release(attempt)
             call = attempt.call
             if call.done:
                 continue
@@ -363,6 +372,14 @@ class Dispatcher:
         worker.attempts.clear()
         worker.inline.clear()
         self.pump()
+
+    def _release(self, attempt: Attempt) -> None:
+        """An attempt leaves its worker (answer, given up, death): stop its timers and host calls."""
+        attempt.abandon()
+        tenant = attempt.call.tenant
+        self._placed[tenant] -= 1
+        if not self._placed[tenant]:
+            del self._placed[tenant]
 
     # -- periodic and shutdown -----------------------------------------------
     def tick(self, now: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import os
 import stat
 
@@ -139,6 +140,29 @@ def test_a_full_queue_turns_away_the_flooding_tenant_not_a_quiet_one() -> None:
             assert results[:4] == [0, 1, 2, 3]
             assert isinstance(results[4], Overloaded) and "pushed out" in str(results[4])
             assert isinstance(results[5], Overloaded) and "'flood' holds the most" in str(results[5])
+
+    run(scenario())
+
+
+def test_a_tenant_over_its_inflight_cap_waits_while_others_are_placed() -> None:
+    async def scenario() -> None:
+        async with Pool(workers=1, spares=0, provider_capacity=8, tenant_max_inflight=2) as pool:
+            handle = await pool.load("fn nap(s, v) { sleep(s); v }", name="nap.rhai", kind="provider")
+            busy = [
+                asyncio.ensure_future(pool.call(handle, "nap", 0.4, i, tenant="busy", timeout=10))
+                for i in range(5)
+            ]
+            while len(pool.workers()[0].running) < 2:
+                await asyncio.sleep(0.005)
+            started = time.monotonic()
+            assert await pool.call(handle, "nap", 0, "quiet", tenant="quiet") == "quiet"
+            assert time.monotonic() - started < 0.3  # placed at once, beside the capped tenant
+            most = 0
+            while not all(task.done() for task in busy):
+                most = max(most, len(pool.workers()[0].running))
+                await asyncio.sleep(0.01)
+            assert [task.result() for task in busy] == [0, 1, 2, 3, 4] and most == 2
+            assert pool.statistics().inflight == 0
 
     run(scenario())
 

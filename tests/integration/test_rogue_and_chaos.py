@@ -56,7 +56,9 @@ def test_malformed_frames_from_a_rogue_dealer_are_rejected() -> None:
 
 def test_ten_thousand_calls_while_workers_are_killed_at_random() -> None:
     async def scenario() -> None:
-        async with Pool(workers=2, spares=2) as pool:
+        async with Pool(
+            workers=2, spares=2, tenant_max_inflight=3
+        ) as pool:  # per-tenant counts must stay exact
             handle = await pool.load(SCRIPT, name="s.rhai")
             limit = asyncio.Semaphore(32)
             answers: dict[int, list[object]] = {}
@@ -66,7 +68,7 @@ def test_ten_thousand_calls_while_workers_are_killed_at_random() -> None:
                 async with limit:
                     try:
                         outcome: object = await pool.call(
-                            handle, "sleepy", 0.0005 if i % 10 == 0 else 0, i, timeout=10
+                            handle, "sleepy", 0.0005 if i % 10 == 0 else 0, i, timeout=10, tenant=f"t{i % 3}"
                         )
                     except CallFailed as exc:
                         outcome = exc
@@ -92,6 +94,7 @@ def test_ten_thousand_calls_while_workers_are_killed_at_random() -> None:
             stats = pool.statistics()
             assert stats.calls_ok + stats.calls_failed == 10_000 + 1  # + the load
             assert stats.inflight == 0 and stats.queued == 0
+            assert not pool._dispatcher._placed  # every placed attempt was released exactly once
 
     run(scenario(), timeout=110)
 
