@@ -3,7 +3,8 @@
 //! Rhai's own `parse_json` parses its input as a Rhai expression and *evaluates*
 //! it, and its map `to_json` writes Rust debug escapes (`\u{202f}`) that are not
 //! JSON. Both are replaced: compact output, keys sorted by bytes, floats always
-//! with a fraction or exponent, NaN/inf as null, invisible characters raw.
+//! with a fraction or exponent in ryu's spelling (`1e21`, `1e-7`), NaN/inf as null,
+//! invisible characters raw.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -77,8 +78,29 @@ pub fn from_value(v: Value) -> Dynamic {
     }
 }
 
+/// `serde_json`'s compact output with floats written by `ryu`: `1e21`, `1e-7`, `0.00001`, `3.0`.
+struct RyuFloats;
+
+impl serde_json::ser::Formatter for RyuFloats {
+    fn write_f64<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        value: f64,
+    ) -> std::io::Result<()> {
+        // `Value` holds only finite floats (NaN and infinities became null in `to_value`).
+        writer.write_all(ryu::Buffer::new().format_finite(value).as_bytes())
+    }
+}
+
 pub fn dump(v: &Dynamic) -> Result<String, String> {
-    to_value(v, 0).map(|j| j.to_string())
+    let value = to_value(v, 0)?;
+    let mut out = Vec::new();
+    serde::Serialize::serialize(
+        &value,
+        &mut serde_json::Serializer::with_formatter(&mut out, RyuFloats),
+    )
+    .map_err(|e| e.to_string())?;
+    String::from_utf8(out).map_err(|e| e.to_string())
 }
 
 pub fn load(text: &str) -> Result<Dynamic, String> {

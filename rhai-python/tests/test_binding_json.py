@@ -20,6 +20,26 @@ def test_to_json_matches_python_dumps_except_exponents() -> None:
     assert rhai.to_json(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1e21, "1e21"),
+        (1e16, "1e16"),
+        (1e15, "1000000000000000.0"),
+        (1e-7, "1e-7"),
+        (1e-5, "0.00001"),
+        (-2.5e-8, "-2.5e-8"),
+        (123456789012345680.0, "1.2345678901234568e17"),
+        (0.1, "0.1"),
+        (-0.0, "-0.0"),
+    ],
+)
+def test_floats_are_spelled_as_the_reference_spells_them(value: float, text: str) -> None:
+    """SPEC §2.5: ryu's spelling (``1e21``, ``1e-7``), where Python writes ``1e+21`` and ``1e-07``."""
+    assert rhai.to_json([value]) == f"[{text}]"
+    assert rhai.parse_json(text) == value
+
+
 def test_nan_and_inf_become_null() -> None:
     assert rhai.to_json([float("nan"), float("inf")]) == "[null,null]"
 
