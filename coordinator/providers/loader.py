@@ -71,15 +71,22 @@ class LoadedProvider:
 
 
 def check_functions(name: str, functions: list[tuple[str, int]]) -> str | None:
-    """The first missing or mis-declared required function, judged by the first definition of each name."""
+    """The first missing or mis-declared required function (SPEC §3.4).
+
+    Rhai overloads by arity, so a definition with the required arity anywhere in the script satisfies
+    the check (as the reference's ``has_fn``); only when none has it is the first definition's arity
+    reported.
+    """
     first: dict[str, int] = {}
     for fn, arity in functions:
         first.setdefault(fn, arity)
+    present = set(functions)
     for fn, arity, params, noun in _REQUIRED:
+        if (fn, arity) in present:
+            continue
         if fn not in first:
             return f"{name}: script must define fn {fn}({params})"
-        if first[fn] != arity:
-            return f"{name}: fn {fn} must take {arity} {noun} ({params}), found {first[fn]}"
+        return f"{name}: fn {fn} must take {arity} {noun} ({params}), found {first[fn]}"
     return None
 
 

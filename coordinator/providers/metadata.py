@@ -69,17 +69,35 @@ class Metadata:
         }
 
 
+#: Rust's ``char::is_whitespace`` (Unicode White_Space); Python's ``str.isspace`` adds U+001C..U+001F.
+_WS = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+_WS_SPLIT = re.compile(f"[{_WS}]")
+_UINT = re.compile(r"\+?[0-9]+")
+_U64_MAX = 2**64 - 1
+
+
 def _uint(text: str) -> int | None:
-    return int(text) if text.isdigit() and text.isascii() else None
+    """Rust's ``parse::<usize>``: ASCII digits with an optional ``+``, at most u64::MAX."""
+    if not _UINT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value <= _U64_MAX else None
 
 
 def _bool(text: str) -> bool | None:
     return {"true": True, "false": False}.get(text)
 
 
-def _type_list(text: str) -> tuple[str, ...] | None:
-    items = tuple(t.strip() for t in text.split(",") if t.strip())
-    return items or None
+def _type_list(text: str) -> tuple[str, ...]:
+    """Comma-separated mime patterns, trimmed and lowercased; an item that is not ``a/b``-shaped is
+    unparsable and dropped, and a list with no pattern left means the default, text only."""
+    items = (t.strip(_WS).lower() for t in text.split(","))
+    kept = tuple(t for t in items if "/" in t and not _WS_SPLIT.search(t))
+    return kept or ("text/*",)
 
 
 def parse_mime_row(value: str) -> MimeRow | None:
@@ -106,18 +124,15 @@ def parse_mime_row(value: str) -> MimeRow | None:
 def _directives(source: str) -> list[tuple[str, str]]:
     """Every ``// @key value`` line, anywhere in the file, in order."""
     out = []
-    for line in source.splitlines():
-        text = line.strip()
+    for line in source.split("\n"):  # Rust's lines(): only \n ends a line (a \r is trimmed below)
+        text = line.strip(_WS)
         if not text.startswith("//"):
             continue
-        text = text[2:].strip()
+        text = text[2:].strip(_WS)
         if not text.startswith("@"):
             continue
-        key, _, value = text[1:].partition(" ")
-        if "\t" in key:
-            key, _, rest = key.partition("\t")
-            value = rest + " " + value
-        out.append((key, value.strip()))
+        key, value = (_WS_SPLIT.split(text[1:], maxsplit=1) + [""])[:2]
+        out.append((key, value.strip(_WS)))
     return out
 
 

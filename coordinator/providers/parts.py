@@ -16,6 +16,7 @@ from typing import Any
 from coordinator.providers.metadata import MimeRow
 
 __all__ = [
+    "decode_standard",
     "OCTET_STREAM",
     "parse_parts",
     "Part",
@@ -75,11 +76,18 @@ def _bytes_of(item: dict[str, Any]) -> bytes | None:
         return bytes(b for b in raw if isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255)
     data = item.get("data")
     if isinstance(data, str):
-        try:
-            return base64.b64decode(data.strip(), validate=True)
-        except (binascii.Error, ValueError):
-            return None
+        return decode_standard(data.strip())
     return None
+
+
+def decode_standard(text: str) -> bytes | None:
+    """Standard padded base64, canonical only (Rust's ``STANDARD`` engine): Python alone would also take
+    extra padding (``AQID====``) and non-zero trailing bits (``AR==``)."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
 def parse_parts(raw: Any, rows: list[MimeRow] | None = None) -> list[Part]:

@@ -8,11 +8,11 @@ no f32 widening).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from coordinator.providers.models import Capabilities
+from coordinator.providers.response import to_json_text
 
 __all__ = [
     "build_request",
@@ -91,7 +91,11 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
 
 
 def prompt_text(request: dict[str, Any]) -> str:
-    """Text the token guard counts: system texts, message texts (text blocks only), tool definitions."""
+    """Text the token guard counts: system texts, message texts (text blocks only), tool definitions.
+
+    The schema is written as serde_json writes it (compact, raw UTF-8), since a script's ``count_tokens``
+    sees this exact text (SPEC §3.12).
+    """
     pieces = [block["text"] for block in request.get("system", [])]
     for message in request.get("messages", []):
         content = message.get("content")
@@ -104,7 +108,7 @@ def prompt_text(request: dict[str, Any]) -> str:
                 if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
             )
     for tool in request.get("tools", []):
-        pieces += [tool["name"], tool["description"], json.dumps(tool["parameters"], sort_keys=True)]
+        pieces += [tool["name"], tool["description"], to_json_text(tool["parameters"])]
     return "\n".join(pieces)
 
 
@@ -129,10 +133,11 @@ def build_request(raw: Any, caps: Capabilities, default_model: str | None = None
         "tools": _tools(raw.get("tools")),
         "model": model,
     }
-    temperature = raw.get("temperature", DEFAULT_TEMPERATURE if caps.supports_temperature else 0.0)
+    temperature = raw.get("temperature", DEFAULT_TEMPERATURE)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise RequestError("request.temperature must be a number")
-    request["temperature"] = float(temperature)
+    # A model whose capabilities say no temperature always gets 0.0, whatever the stage asked (§3.6).
+    request["temperature"] = float(temperature) if caps.supports_temperature else 0.0
     max_tokens = _int_field(raw.get("max_tokens"), "max_tokens")
     if max_tokens is None:
         room = caps.max_context_tokens - math.ceil(len(prompt_text(request).encode()) / 4)

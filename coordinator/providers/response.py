@@ -24,6 +24,7 @@ __all__ = [
     "parse_response",
     "parse_usage",
     "Response",
+    "to_json_text",
     "to_plain",
     "TokenUsage",
     "ToolCall",
@@ -246,7 +247,7 @@ def _delta(item: Any) -> ToolCallDelta:
         return v if isinstance(v, str) else None
 
     return ToolCallDelta(
-        index=index if isinstance(index, int) and not isinstance(index, bool) else 0,
+        index=uint(index),  # a u64 field: negative or float reads as the default 0 (SPEC §2.5)
         id=opt("id"),
         name=opt("name"),
         arguments_delta=_str_or_empty(item.get("arguments_delta")),
@@ -255,13 +256,13 @@ def _delta(item: Any) -> ToolCallDelta:
 
 
 def parse_chunk(value: Any, mime_rows: list[MimeRow] | None = None) -> Chunk:
-    """Read a map passed to ``on_chunk.call``; raise InvalidResponse when it has no JSON form."""
+    """Read a value passed to ``on_chunk.call``; only a value with no JSON form is an error (SPEC §3.11)."""
     try:
         plain = to_plain(value)
     except Unconvertible as exc:
         raise InvalidResponse(f"stream chunk is not convertible: {exc}") from exc
     if not isinstance(plain, dict):
-        raise InvalidResponse("a stream chunk must be a map")
+        plain = {}  # convertible but not a map: every field reads as its default, like the reference
     calls = plain.get("tool_calls")
     reason = plain.get("finish_reason")
     return Chunk(
@@ -273,6 +274,50 @@ def parse_chunk(value: Any, mime_rows: list[MimeRow] | None = None) -> Chunk:
     )
 
 
+def _float_text(value: float) -> str:
+    """A finite float as serde_json (ryu) writes it: shortest digits, ``1e-7``, ``1e21``, ``0.00001``."""
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exp = repr(abs(value)).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = whole + frac
+    point = len(whole) + (int(exp) if exp else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0") or "0"
+    length, kk = len(digits), point
+    k = kk - length
+    if 0 <= k and kk <= 16:
+        text = digits + "0" * k + ".0"
+    elif 0 < kk <= 16:
+        text = digits[:kk] + "." + digits[kk:]
+    elif -5 < kk <= 0:
+        text = "0." + "0" * -kk + digits
+    elif length == 1:
+        text = f"{digits}e{kk - 1}"
+    else:
+        text = f"{digits[0]}.{digits[1:]}e{kk - 1}"
+    return sign + text
+
+
+def to_json_text(value: Any) -> str:
+    """Compact JSON of a plain value exactly as serde_json writes it (SPEC §2.5): sorted keys, raw UTF-8,
+    floats in ryu's spelling; Python's ``json.dumps`` differs on exponents (``1e-07``, ``1e+21``)."""
+    if isinstance(value, float):
+        return _float_text(value) if math.isfinite(value) else "null"
+    if value is None or isinstance(value, (bool, int, str)):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(to_json_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = sorted(value.items())
+        return (
+            "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{to_json_text(v)}" for k, v in items) + "}"
+        )
+    return json.dumps(value, ensure_ascii=False)
+
+
 def collapse(response: Response) -> Chunk:
     """The single chunk a provider without ``stream`` emits (SPEC §3.11)."""
     deltas = [
@@ -280,9 +325,7 @@ def collapse(response: Response) -> Chunk:
             index=i,
             id=call.id,
             name=call.name,
-            arguments_delta=json.dumps(
-                call.arguments, separators=(",", ":"), ensure_ascii=False, sort_keys=True
-            ),
+            arguments_delta=to_json_text(call.arguments),
             thought_signature=call.thought_signature,
         )
         for i, call in enumerate(response.tool_calls)

@@ -62,6 +62,9 @@ def decode_base64(text: str) -> str:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
         raise rhai.Throw(f"decode_base64: not valid base64: {exc}") from None
+    if base64.b64encode(raw).decode("ascii") != text:
+        # Rust's STANDARD engine accepts only the canonical spelling: no extra padding, no stray bits.
+        raise rhai.Throw("decode_base64: not valid base64: not the canonical padded encoding") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
