@@ -36,8 +36,17 @@ __all__ = ["CONNECT_TIMEOUT_SECS", "Egress", "MAX_REDIRECTS"]
 CONNECT_TIMEOUT_SECS = 30.0
 MAX_REDIRECTS = 5
 _RETRY_SLEEPS = (0.2, 0.4)
-_RETRYABLE = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadTimeout)
+#: Unary failures retried in place (SPEC §3.15: reset / closed / broken pipe / eof / timed out).
+_RETRYABLE = (
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+    httpx.TimeoutException,
+    TimeoutError,
+)
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: Headers that describe the body; dropped with it when a redirect turns the request into a GET.
+_BODY_HEADERS = ("content-length", "content-type", "content-encoding", "transfer-encoding")
 _KEEPALIVE = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
 if hasattr(socket, "TCP_KEEPIDLE"):
     _KEEPALIVE.append((socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30))
@@ -201,9 +210,15 @@ class Egress:
     ) -> httpx.Request:
         policy.check_url(url)
         content = body.encode("utf-8") if body is not None else None
-        return self._client.build_request(
-            method, url, content=content, headers=headers, extensions={"rhaipool_policy": policy}
+        # Values go out as their UTF-8 bytes (as the reference sends them); httpx would insist on ASCII.
+        raw_headers = [(name.encode("utf-8"), value.encode("utf-8")) for name, value in headers.items()]
+        request = self._client.build_request(
+            method, url, content=content, headers=raw_headers, extensions={"rhaipool_policy": policy}
         )
+        port = request.url.port
+        if port is not None and not 0 < port < 65536:
+            raise httpx.InvalidURL(f"invalid port {port} in {url!r}")
+        return request
 
     async def _send(
         self, policy: EgressPolicy, request: httpx.Request, on_send: Callable[[], None] | None
@@ -221,13 +236,15 @@ class Egress:
             if not _same_origin(target, request.url):
                 return response
             await response.aclose()
-            method = request.method
-            if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
-                method, content = "GET", None
+            method, headers = request.method, request.headers.copy()
+            if response.status_code in (301, 302, 303):
+                method, content = ("HEAD" if method == "HEAD" else "GET"), None
+                for name in _BODY_HEADERS:
+                    headers.pop(name, None)
             else:
                 content = request.content
             request = self._client.build_request(
-                method, target, content=content, headers=request.headers, extensions=request.extensions
+                method, target, content=content, headers=headers, extensions=request.extensions
             )
             policy.check_url(str(target))
         raise httpx.TooManyRedirects(f"too many redirects (more than {MAX_REDIRECTS})")
@@ -242,7 +259,7 @@ class Egress:
             await response.aclose()
         if not 200 <= response.status_code < 300:
             body = decode_lossy(response, raw)
-            if response.status_code in _REDIRECTS:
+            if response.status_code in _REDIRECTS and response.headers.get("location"):
                 body = (
                     f"redirect to another origin refused ({response.headers.get('location')}) {body}".strip()
                 )
@@ -263,18 +280,18 @@ class Egress:
         """``http_get`` / ``http_post``: the body text of a 2xx answer, else HostError."""
         try:
             request = self._build(policy, method, url, body, headers or {})
-            async with asyncio.timeout(timeout):
-                for attempt in range(len(_RETRY_SLEEPS) + 1):
-                    try:
+            for attempt in range(len(_RETRY_SLEEPS) + 1):
+                try:  # each attempt gets the whole per-request timeout, as each reference request does
+                    async with asyncio.timeout(timeout):
                         status, text, retry_after = await self._fetch_once(policy, request, on_send)
-                        break
-                    except _RETRYABLE:
-                        if attempt == len(_RETRY_SLEEPS):
-                            raise
-                        await asyncio.sleep(_RETRY_SLEEPS[attempt])
+                    break
+                except _RETRYABLE:
+                    if attempt == len(_RETRY_SLEEPS):
+                        raise
+                    await asyncio.sleep(_RETRY_SLEEPS[attempt])
         except EgressDenied as exc:
             raise denied_error(exc) from exc
-        except (httpx.TransportError, httpx.TooManyRedirects, TimeoutError, OSError) as exc:
+        except (httpx.TransportError, httpx.TooManyRedirects, httpx.InvalidURL, TimeoutError, OSError) as exc:
             raise transport_error(exc, timeout) from exc
         if not 200 <= status < 300:
             raise status_error(status, text, retry_after)
@@ -298,7 +315,7 @@ class Egress:
                 response = await self._send(policy, request, on_send)
         except EgressDenied as exc:
             raise denied_error(exc) from exc
-        except (httpx.TransportError, httpx.TooManyRedirects, TimeoutError, OSError) as exc:
+        except (httpx.TransportError, httpx.TooManyRedirects, httpx.InvalidURL, TimeoutError, OSError) as exc:
             raise transport_error(exc, timeout) from exc
         try:
             async for payload in self._payloads(response, policy, deadline, timeout):

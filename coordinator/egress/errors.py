@@ -21,6 +21,7 @@ __all__ = [
     "HostError",
     "MAX_ERROR_BODY_CHARS",
     "reason_phrase",
+    "retry_after_secs",
     "status_error",
     "transport_error",
 ]
@@ -41,20 +42,49 @@ class HostError(RhaipoolError):
         self.failure_kind = failure_kind
 
 
+#: Where Python's phrase differs from the reference's (Rust ``http`` crate ``canonical_reason``), or
+#: changes between Python versions (3.13 renamed 413 and 422).
+_CANONICAL_REASONS = {
+    413: "Payload Too Large",
+    414: "URI Too Long",
+    416: "Range Not Satisfiable",
+    418: "I'm a teapot",
+    422: "Unprocessable Entity",
+}
+
+
 def reason_phrase(status: int) -> str:
     """The canonical reason phrase (what the reference prints), whatever the server sent."""
+    if status in _CANONICAL_REASONS:
+        return _CANONICAL_REASONS[status]
     try:
         return http.HTTPStatus(status).phrase
     except ValueError:
         return ""
 
 
+def retry_after_secs(header: str | None) -> int | None:
+    """Retry-After as an unsigned integer of seconds (ASCII digits, as Rust's ``u64`` parses), else None.
+
+    ``str.isdigit`` alone would accept ``"²"`` and then crash ``int()``; dates and fractions are not parsed.
+    """
+    if header is None:
+        return None
+    text = header.strip()
+    digits = text.removeprefix("+")
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    value = int(digits)
+    return value if value < 1 << 64 else None
+
+
 def status_error(status: int, body: str, retry_after: str | None) -> HostError:
     """429 → rate_limited (Retry-After as integer seconds only); other non-2xx → api."""
     if status == 429:
         value: dict[str, Any] = {"kind": "rate_limited", "message": "rate limit exceeded"}
-        if retry_after is not None and retry_after.strip().isdigit():
-            value["retry_after"] = int(retry_after.strip())
+        seconds = retry_after_secs(retry_after)
+        if seconds is not None:
+            value["retry_after"] = seconds
         return HostError(value)
     if len(body) > MAX_ERROR_BODY_CHARS:
         body = body[:MAX_ERROR_BODY_CHARS] + "…"

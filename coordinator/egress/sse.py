@@ -28,11 +28,18 @@ class SseFramer:
         return len(self._buffer)
 
     def _decode(self, data: bytes) -> str:
-        state = self._decoder.getstate()
+        """Text of one read; a read valid on its own is never lost to an unfinished character before it."""
         try:
             return self._decoder.decode(data)
         except UnicodeDecodeError:
-            self._decoder.setstate(state)
+            pass
+        # The held-back bytes were not completed by this read: drop them, and judge the read alone
+        # (the reference's rule: skip a read only when it is not valid UTF-8 by itself).
+        self._decoder.reset()
+        try:
+            return self._decoder.decode(data)
+        except UnicodeDecodeError:
+            self._decoder.reset()
             return ""
 
     @staticmethod

@@ -33,7 +33,10 @@ from coordinator.providers.response import Chunk, Response, collapse, parse_chun
 from coordinator.providers.retry import RetryPolicy, run_with_retries
 from coordinator.providers.tokens import count_by_model, estimate_bytes
 
-__all__ = ["ProviderRuntime"]
+__all__ = ["JOB_TIMEOUT_SECS", "ProviderRuntime"]
+
+#: Bound of a whole inference job (attempts, retry sleeps, rate-limit waits) without a stage timeout.
+JOB_TIMEOUT_SECS = 900.0
 
 
 class ProviderRuntime:
@@ -181,24 +184,32 @@ class ProviderRuntime:
     # -- inference ------------------------------------------------------------------------------
 
     def _timeouts(self, request: dict[str, Any]) -> tuple[float, float]:
-        """(per-request HTTP timeout, whole-job bound): the stage's ``request_timeout_secs`` else global."""
-        stage = request.get("request_timeout_secs")
-        value = float(stage) if isinstance(stage, int) and stage > 0 else self.config.request_timeout_secs
-        return value, value
+        """(per-request HTTP timeout, whole-job bound) of SPEC §3.15/§3.17.
 
-    async def _attempt(self, provider: LoadedProvider, request: dict[str, Any], timeout: float) -> Response:
+        Each HTTP request gets the stage's ``request_timeout_secs``, else the global one; the job is
+        bounded by the stage's value, else 900 s -- never by the global value, which times requests only.
+        """
+        stage = request.get("request_timeout_secs")
+        if isinstance(stage, int) and stage > 0:
+            return float(stage), float(stage)
+        return self.config.request_timeout_secs, JOB_TIMEOUT_SECS
+
+    async def _attempt(
+        self, provider: LoadedProvider, request: dict[str, Any], timeout: float, budget: float
+    ) -> Response:
         async with self._gate(provider):
-            return await self._attempt_now(provider, request, timeout)
+            return await self._attempt_now(provider, request, timeout, budget)
 
     async def _attempt_now(
-        self, provider: LoadedProvider, request: dict[str, Any], timeout: float
+        self, provider: LoadedProvider, request: dict[str, Any], timeout: float, budget: float
     ) -> Response:
+        """One attempt: HTTP requests get ``timeout`` each; the script call may use the job's ``budget``."""
         limits = self._limiter(provider)
         if limits is not None:
             await limits[0].acquire()
         host = self._host(provider, timeout, limits[1] if limits else None)
         value = await self.executor.call(
-            provider.handle, "inference", [provider.state, request], host=host, timeout=timeout
+            provider.handle, "inference", [provider.state, request], host=host, timeout=budget
         )
         response = parse_response(value, list(provider.metadata.mime_types))
         if limits is not None:
@@ -216,10 +227,14 @@ class ProviderRuntime:
         """Attempts under the retry policy and the whole-job bound."""
         timeout, job = self._timeouts(request)
         policy = RetryPolicy(self.config.retry_attempts, self.config.retry_base_ms)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + job
         try:
-            async with asyncio.timeout(job):
+            async with asyncio.timeout_at(deadline):
                 return await run_with_retries(
-                    lambda _n: self._attempt(provider, request, timeout), policy, self.clock
+                    lambda _n: self._attempt(provider, request, timeout, max(deadline - loop.time(), 0.001)),
+                    policy,
+                    self.clock,
                 )
         except TimeoutError:
             raise Other(
