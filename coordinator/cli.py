@@ -31,11 +31,15 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path))
 @click.option("--kind", type=click.Choice(["region", "provider"]), required=True)
 @click.option("--json", "as_json", is_flag=True, help='Print {"valid", "error", "functions", "metadata"}.')
 def validate(path: Path, kind: str, as_json: bool) -> None:
-    """Compile PATH in a sandboxed worker and run the load-time checks of its kind."""
+    """Compile PATH in a sandboxed worker and run the load-time checks of its kind.
+
+    PATH is not checked by click: a missing or unreadable file is an invalid script, reported with the
+    reference's read-error message (in the ``--json`` document when asked), not as a usage error.
+    """
     if kind == "region":
         sys.exit(region_cli.run_validate(path, as_json))
     sys.exit(asyncio.run(provider_cli.run_validate(path, as_json)))
@@ -57,6 +61,19 @@ async def _sandbox_report() -> list[dict[str, Any]]:
         ]
 
 
+def _doctor_inference(config_path: Path | None, target: str) -> dict[str, Any]:
+    """The ``-m`` half; a config that cannot be read is a failed check with its reason, not a traceback."""
+    from coordinator.providers.config import ProviderConfigError
+    from coordinator.providers.session import read_config
+
+    try:
+        config = read_config(config_path)
+    except ProviderConfigError as exc:
+        name, _, model = target.partition("/")
+        return {"provider": name, "model": model or None, "ok": False, "error": str(exc)}
+    return asyncio.run(provider_cli.doctor_model(config, target))
+
+
 @main.command()
 @click.option("-m", "target", help="Also run one real inference on PROVIDER/MODEL.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config file (TOML).")
@@ -66,9 +83,7 @@ def doctor(target: str | None, config_path: Path | None, as_json: bool) -> None:
     workers = asyncio.run(_sandbox_report())
     report: dict[str, Any] = {"workers": workers, "ok": all(w["healthy"] for w in workers)}
     if target:
-        from coordinator.providers.session import read_config
-
-        report["inference"] = asyncio.run(provider_cli.doctor_model(read_config(config_path), target))
+        report["inference"] = _doctor_inference(config_path, target)
         report["ok"] = report["ok"] and report["inference"]["ok"]
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))

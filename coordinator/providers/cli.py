@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from coordinator.providers.config import ProviderConfigError, ProvidersConfig
+from coordinator.providers.config import ProviderConfigError, ProvidersConfig, resolve_script
 from coordinator.providers.failures import ProviderError
 from coordinator.providers.loader import ProviderLoadError, ProviderNotFound
 from coordinator.providers.present import chunk_text, models_text, response_text
@@ -37,11 +37,17 @@ def _fail(message: str, as_json: bool, code: int = 1, error: dict[str, Any] | No
     return code
 
 
-def _not_found(name: str, config: ProvidersConfig) -> str:
-    return (
-        f"no provider named '{name}': no script for it in {config.providers_dir} and no usable "
-        f"[model_providers.{name}] table"
-    )
+def _not_found(name: str, config: ProvidersConfig, exc: ProviderNotFound) -> str:
+    """Why ``name`` resolved to nothing, naming the path that was tried (a ``script`` override may be anywhere)."""
+    if "escapes the providers directory" in str(exc):  # the loader already logged the §3.1 warning
+        return (
+            f"no provider named '{name}': its script path escapes the providers directory - refusing to load"
+        )
+    table = config.table(name)
+    path = resolve_script(config.providers_dir, name, table.script if table else None)
+    if table is None:
+        return f"no provider named '{name}': no script {path} and no [model_providers.{name}] table"
+    return f"no provider named '{name}': [model_providers.{name}] resolves to {path}, which does not exist"
 
 
 def _config_options(fn: Any) -> Any:
@@ -53,23 +59,27 @@ def _config_options(fn: Any) -> Any:
     return click.option(
         "--config",
         "config_path",
-        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        type=click.Path(path_type=Path),
         help="Config TOML (default ~/.rhaipool/config.toml).",
     )(fn)
 
 
-def _config(config_path: Path | None, providers_dir: Path | None) -> ProvidersConfig:
+def _config(config_path: Path | None, providers_dir: Path | None, as_json: bool = False) -> ProvidersConfig:
+    """The configuration, or exit 1 with one line (``{"error": ...}`` with ``--json``) saying what is wrong.
+
+    ``--config`` is not checked by click, so a missing file gets the same treatment as a broken one.
+    """
     try:
         return read_config(config_path, providers_dir)
     except ProviderConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+        sys.exit(_fail(str(exc), as_json))
 
 
 async def _load(runtime: ProviderRuntime, name: str, as_json: bool) -> Any:
     try:
         return await runtime.get(name)
-    except ProviderNotFound:
-        _fail(_not_found(name, runtime.config), as_json)
+    except ProviderNotFound as exc:
+        _fail(_not_found(name, runtime.config, exc), as_json)
     except ProviderLoadError as exc:
         _fail(f"provider '{name}' did not load: {exc}", as_json)
     return None
@@ -116,7 +126,7 @@ async def _stream(runtime: ProviderRuntime, name: str, request: Any, as_json: bo
     "--request",
     "request_path",
     required=True,
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Request JSON (SPEC §3.6; missing fields get their defaults).",
 )
 @_config_options
@@ -133,9 +143,11 @@ def infer_command(
     """Run one inference (or stream) of a provider through the pool and print the normalised answer."""
     try:
         request = json.loads(request_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise click.ClickException(f"{request_path} is not JSON: {exc}") from exc
-    config = _config(config_path, providers_dir)
+    except OSError as exc:
+        sys.exit(_fail(f"invalid request: cannot read {request_path}: {exc.strerror or exc}", as_json, 2))
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        sys.exit(_fail(f"invalid request: {request_path} is not JSON: {exc}", as_json, 2))
+    config = _config(config_path, providers_dir, as_json)
     sys.exit(asyncio.run(_infer(config, name, request, stream, as_json)))
 
 
@@ -156,10 +168,13 @@ async def _models(config: ProvidersConfig, name: str, as_json: bool) -> int:
             if not provider.has("list_models")
             else "its list_models returned none"
         )
-        click.echo(
-            f"provider '{name}' loaded and listed no models ({why}; `serves` in its config table "
-            "can name the models it takes)"
+        serves = provider.table.serves if provider.table else None
+        hint = (
+            f"its config's `serves` names {', '.join(serves)}, which is not a listing"
+            if serves
+            else "`serves` in its config table can name the models it takes"
         )
+        click.echo(f"provider '{name}' loaded and listed no models ({why}; {hint})")
     else:
         click.echo(models_text(name, rows))
     return 0
@@ -176,7 +191,7 @@ def models_command() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def models_list(name: str, config_path: Path | None, providers_dir: Path | None, as_json: bool) -> None:
     """Load a provider (compile + initialize) and print what its list_models answers."""
-    sys.exit(asyncio.run(_models(_config(config_path, providers_dir), name, as_json)))
+    sys.exit(asyncio.run(_models(_config(config_path, providers_dir, as_json), name, as_json)))
 
 
 async def doctor_model(config: ProvidersConfig, target: str) -> dict[str, Any]:
@@ -189,8 +204,8 @@ async def doctor_model(config: ProvidersConfig, target: str) -> dict[str, Any]:
             report["loaded"] = True
             request = {**PONG_REQUEST, **({"model": model} if model else {})}
             response = await runtime.inference(provider.name, request)
-        except ProviderNotFound:
-            report["error"] = _not_found(name, config)
+        except ProviderNotFound as exc:
+            report["error"] = _not_found(name, config, exc)
         except (ProviderLoadError, RequestError) as exc:
             report["error"] = str(exc)
         except ProviderError as exc:

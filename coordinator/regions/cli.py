@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -124,18 +125,30 @@ def _emit_error(message: str, as_json: bool) -> None:
         click.echo(click.style(f"error: {message}", fg="red"), err=True)
 
 
+def _positive_seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A hook deadline must be a finite positive number: 0, negative or NaN would fail every hook."""
+    if not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value} is not a positive number of seconds", ctx, param)
+    return value
+
+
 @click.command("test")
-@click.argument("scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("scenario", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the §4.1 JSON document instead of a summary.")
 @click.option(
     "--timeout",
     type=float,
     default=DEFAULT_HOOK_TIMEOUT,
     show_default=True,
+    callback=_positive_seconds,
     help="Seconds each hook may run.",
 )
 def test_command(scenario: Path, as_json: bool, timeout: float) -> None:
-    """Replay SCENARIO against one custom region through the real pool and show what the model would see."""
+    """Replay SCENARIO against one custom region through the real pool and show what the model would see.
+
+    SCENARIO is not checked by click, so a missing file is reported like any other unreadable scenario
+    (as JSON with ``--json``, exit 2).
+    """
     sys.exit(asyncio.run(_run_test(scenario, as_json, timeout, _default_pool)))
 
 

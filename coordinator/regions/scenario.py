@@ -65,8 +65,15 @@ def _need(cond: bool, where: str, message: str) -> None:
         raise ScenarioError(f"{where}: {message}")
 
 
+_INT_MAX: Final = 2**63 - 1
+"""Rhai's ``INT`` is i64: a larger number cannot reach a script, so it is a scenario error, not a fallback."""
+
+
+_INT_TEXT: Final = "a non-negative integer (at most 2^63-1)"
+
+
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT_MAX
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -89,7 +96,7 @@ def load_scenario(path: str | Path) -> Scenario:
         "region.name",
         "a non-empty string is required",
     )
-    _need(_is_int(region.get("budget")), "region.budget", "a non-negative integer is required")
+    _need(_is_int(region.get("budget")), "region.budget", _INT_TEXT)
     _need(isinstance(region.get("persistent", False), bool), "region.persistent", "must be true or false")
     _need(
         region.get("admission", "evict") in ("evict", "reject"),
@@ -124,14 +131,14 @@ def _check_meta(meta: Mapping[str, Any], where: str) -> None:
     _need(
         _is_int(meta.get("stage_iterations", 0)),
         f"{where}.stage_iterations",
-        "must be a non-negative integer",
+        f"must be {_INT_TEXT}",
     )
     _need(isinstance(meta.get("model", ""), str), f"{where}.model", "must be a string")
     window = meta.get("window", {})
     _need(isinstance(window, dict), f"{where}.window", "must be an object")
     for key in ("total_tokens", "max_tokens"):
         if key in window:
-            _need(_is_int(window[key]), f"{where}.window.{key}", "must be a non-negative integer")
+            _need(_is_int(window[key]), f"{where}.window.{key}", f"must be {_INT_TEXT}")
 
 
 def _parse_step(index: int, step: Any) -> tuple[str, Mapping[str, Any]]:
@@ -143,7 +150,7 @@ def _parse_step(index: int, step: Any) -> tuple[str, Mapping[str, Any]]:
     if op in ("write", "replace"):
         _need(isinstance(body.get("content"), str), f"{where}.{op}.content", "a string is required")
         if body.get("tokens") is not None:
-            _need(_is_int(body["tokens"]), f"{where}.{op}.tokens", "must be a non-negative integer")
+            _need(_is_int(body["tokens"]), f"{where}.{op}.tokens", f"must be {_INT_TEXT}")
     if op == "write":
         _need(
             body.get("kind", "text") in ENTRY_KINDS, f"{where}.write.kind", f"one of {', '.join(ENTRY_KINDS)}"
@@ -158,8 +165,19 @@ def _parse_step(index: int, step: Any) -> tuple[str, Mapping[str, Any]]:
                 and isinstance(call.get("name"), str)
             )
             _need(ok, f"{where}.write.tool_calls[{j}]", "an object with string id and name")
+            _need(
+                call.get("thought_signature") is None or isinstance(call["thought_signature"], str),
+                f"{where}.write.tool_calls[{j}].thought_signature",
+                "string or absent",
+            )
+        for key in ("tool_call_id", "tool_name"):
+            _need(isinstance(body.get(key, ""), str), f"{where}.write.{key}", "must be a string")
+        _need(
+            isinstance(body.get("is_error", False), bool), f"{where}.write.is_error", "must be true or false"
+        )
+        _need(isinstance(body.get("tainted", False), bool), f"{where}.write.tainted", "must be true or false")
     if op == "evict":
-        _need(_is_int(body.get("needed_tokens")), f"{where}.evict.needed_tokens", "a non-negative integer")
+        _need(_is_int(body.get("needed_tokens")), f"{where}.evict.needed_tokens", _INT_TEXT)
     if op == "render":
         _check_meta(body, f"{where}.render")
     return op, body
