@@ -2,7 +2,8 @@
 
 A config file is read into frozen values; comparing two snapshots by value is what decides whether a
 cached provider is still good, so editing a ``base_url`` reloads the provider and re-reading an
-unchanged file does not.
+unchanged file does not. A snapshot read from a file remembers it, so :func:`refreshed` can pick up an
+edit on the next use without a restart (seed: "changing a base_url or an api_key needs no restart").
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import contextlib
 import datetime as dt
 import logging
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "ProvidersConfig",
     "ProviderTable",
     "RateLimit",
+    "refreshed",
     "resolve_script",
 ]
 
@@ -100,6 +102,11 @@ class ProvidersConfig:
     tenants: bool = False
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     max_concurrent: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+    #: The file this snapshot was read from (or would be, once it exists), its stat stamp then, and a
+    #: ``providers_dir`` given on top of it; none of them is part of the snapshot's value.
+    source: Path | None = field(default=None, compare=False)
+    source_stamp: Any = field(default=None, compare=False)
+    dir_override: Path | None = field(default=None, compare=False)
 
     def table(self, name: str) -> ProviderTable | None:
         """The provider's table, or None when the config names no such provider."""
@@ -111,19 +118,33 @@ class ProvidersConfig:
 
 
 def _freeze(value: Any) -> Any:
-    """Make TOML values hashable and comparable; datetimes get the reference's private marker."""
+    """Make TOML values hashable and comparable; datetimes get the reference's private marker.
+
+    Booleans and floats are tagged so that a snapshot compares by type too (Python has 1 == 1.0 == True,
+    but a script sees i64, f64 and bool) and so that nan equals itself (an unchanged table must not
+    re-run ``initialize``). A tag is a ``(str, x)`` pair; a frozen table is a tuple of pairs, never that.
+    """
     if isinstance(value, dict):
         return tuple((k, _freeze(v)) for k, v in value.items())
     if isinstance(value, list):
         return ("__list__", tuple(_freeze(v) for v in value))
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return ((_DATETIME_KEY, value.isoformat()),)
+    if isinstance(value, bool):
+        return ("__bool__", value)
+    if isinstance(value, float):
+        return ("__float__", repr(value))
     return value
 
 
 def _thaw(value: Any) -> Any:
-    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__list__":
-        return [_thaw(v) for v in value[1]]
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        tag, inner = value
+        if tag == "__list__":
+            return [_thaw(v) for v in inner]
+        if tag == "__bool__":
+            return inner
+        return float(inner)
     if isinstance(value, tuple):
         return {k: _thaw(v) for k, v in value}
     return value
@@ -218,17 +239,54 @@ def parse_config(data: dict[str, Any], base_dir: Path | None = None) -> Provider
     )
 
 
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when the file is edited or replaced; None when it does not exist."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 def load_config(path: Path | None) -> ProvidersConfig:
-    """Read a TOML file; ``None`` means the default path if it exists, else an empty config."""
+    """Read a TOML file; ``None`` means the default path if it exists, else an empty config.
+
+    The snapshot remembers the file (the default path even while it is absent) for :func:`refreshed`.
+    """
     if path is None:
         path = DEFAULT_CONFIG_PATH.expanduser()
         if not path.exists():
-            return ProvidersConfig(providers_dir=DEFAULT_PROVIDERS_DIR.expanduser())
+            return ProvidersConfig(providers_dir=DEFAULT_PROVIDERS_DIR.expanduser(), source=path)
+    stamp = _stamp(path)  # before reading, so an edit racing the read is seen by the next check
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ProviderConfigError(f"cannot read config {path}: {exc}") from exc
-    return parse_config(data, base_dir=path.parent)
+    return replace(parse_config(data, base_dir=path.parent), source=path, source_stamp=stamp)
+
+
+def refreshed(config: ProvidersConfig) -> ProvidersConfig | None:
+    """The config re-read from its file when the file changed since ``config`` was read, else None.
+
+    Checked on every provider lookup, like a script's mtime. An edit that does not parse (or a file
+    that disappeared) keeps the last good configuration with a warning, the way a broken script never
+    takes the daemon down; the next edit is tried again.
+    """
+    if config.source is None:
+        return None
+    stamp = _stamp(config.source)
+    if stamp == config.source_stamp:
+        return None
+    try:
+        if stamp is None:
+            raise ProviderConfigError(f"config {config.source} disappeared")
+        new = load_config(config.source)
+    except ProviderConfigError as exc:
+        log.warning("config reload failed, keeping the last good configuration: %s", exc)
+        return replace(config, source_stamp=stamp)
+    if config.dir_override is not None:
+        new = replace(new, providers_dir=config.dir_override, dir_override=config.dir_override)
+    return new
 
 
 def resolve_script(providers_dir: Path, name: str, override: str | None = None) -> Path | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from coordinator import errors as pool_errors
 from coordinator.egress import Egress, EgressPolicy, EnvResolver
-from coordinator.providers.config import ProvidersConfig, ProviderTable, resolve_script
+from coordinator.providers.config import ProvidersConfig, ProviderTable, refreshed, resolve_script
 from coordinator.providers.executor import PoolExecutor
 from coordinator.providers.failures import ProviderError
 from coordinator.providers.host import ProviderHost
@@ -136,8 +136,15 @@ class ProviderLoader:
             raise ProviderNotFound("script provider path escapes the providers directory - refusing to load")
         return path
 
+    def refresh_config(self) -> None:
+        """Re-read the config file if it changed since the snapshot was taken (no restart needed)."""
+        new = refreshed(self.config)
+        if new is not None:
+            self.config = new
+
     async def get(self, name: str) -> LoadedProvider:
         """The current version of ``name``, loading it if needed; raises ProviderLoadError."""
+        self.refresh_config()
         path = self.path_of(name)
         try:
             mtime = os.stat(path).st_mtime_ns
@@ -151,7 +158,7 @@ class ProviderLoader:
         flight = (name, path, mtime, key)
         future = self._loading.get(flight)
         if future is None:
-            future = asyncio.ensure_future(self._load(name, path, mtime, key))
+            future = asyncio.ensure_future(self._load_logged(name, path, mtime, key))
             self._loading[flight] = future
             future.add_done_callback(lambda f: self._finished(flight, f))
         try:
@@ -172,11 +179,16 @@ class ProviderLoader:
         """Like :meth:`get`, but a missing or broken provider is just absent (with a warning)."""
         try:
             return await self.get(name)
-        except ProviderNotFound:
+        except ProviderLoadError:
             return None
+
+    async def _load_logged(self, name: str, path: Path, mtime: int, key: Any) -> LoadedProvider:
+        """:meth:`_load`, warning once per failed load whichever entry point asked (inference too)."""
+        try:
+            return await self._load(name, path, mtime, key)
         except ProviderLoadError as exc:
             log.warning("script provider load failed: %s: %s", name, exc)
-            return None
+            raise
 
     async def _load(self, name: str, path: Path, mtime: int, key: Any) -> LoadedProvider:
         """Read, parse metadata, compile, check entry points, run ``initialize`` offline."""

@@ -11,7 +11,7 @@ from typing import Any
 from coordinator.egress import Egress
 from coordinator.providers.config import ProvidersConfig, load_config
 from coordinator.providers.executor import KIND, PoolExecutor
-from coordinator.providers.loader import check_functions
+from coordinator.providers.loader import OPTIONAL, check_functions
 from coordinator.providers.metadata import parse_metadata
 from coordinator.providers.runtime import ProviderRuntime
 from proto.errors import RhaipoolError
@@ -25,9 +25,14 @@ __all__ = [
 
 
 def read_config(config: Path | None, providers_dir: Path | None = None) -> ProvidersConfig:
-    """The config file (default ``~/.rhaipool/config.toml``), optionally with another providers directory."""
+    """The config file (default ``~/.rhaipool/config.toml``), optionally with another providers directory.
+
+    The directory override is remembered so that a later re-read of an edited file keeps it.
+    """
     snapshot = load_config(config)
-    return replace(snapshot, providers_dir=providers_dir) if providers_dir is not None else snapshot
+    if providers_dir is None:
+        return snapshot
+    return replace(snapshot, providers_dir=providers_dir, dir_override=providers_dir)
 
 
 @asynccontextmanager
@@ -62,11 +67,10 @@ class ProviderValidation:
         """One or two lines for a person."""
         if not self.valid:
             return f"error: {self.error}"
-        names = {n for n, _ in self.functions}
-        counting = (
-            "defines count_tokens" if ("count_tokens", 3) in self.functions else "no count_tokens (heuristic)"
-        )
-        optional = [fn for fn in ("stream", "count_tokens", "list_models") if fn in names]
+        present = set(self.functions)
+        counting = "defines count_tokens" if ("count_tokens", 3) in present else "no count_tokens (heuristic)"
+        # by name *and* arity: a wrong-arity optional function is absent to the runtime (SPEC §3.4 step 6)
+        optional = [fn for fn in ("stream", "count_tokens", "list_models") if (fn, OPTIONAL[fn]) in present]
         return (
             f"ok: {path} is a valid provider script (optional: {', '.join(optional) or 'none'}; {counting})"
         )
