@@ -45,7 +45,9 @@ def translate(exc: BaseException) -> ProviderError:
         if exc.rhai_class == "ScriptThrow":
             return classify_thrown(exc.value)
         if exc.rhai_class == "InvalidValue":
-            return InvalidResponse(f"provider returned an unconvertible value: {exc.message}")
+            error = InvalidResponse(f"provider returned an unconvertible value: {exc.message}")
+            error.unconvertible = True
+            return error
         return Other(exc.message)
     if isinstance(exc, pool_errors.LimitExceeded):
         return Other(f"{exc.limit} limit exceeded: {exc.message}")

@@ -138,6 +138,8 @@ class InvalidResponse(ProviderError):
     """The script's answer has the wrong shape."""
 
     class_name = "InvalidResponse"
+    unconvertible = False
+    """The script returned a value with no JSON form (rather than throwing ``invalid_response``)."""
 
 
 class TokenLimitExceeded(ProviderError):

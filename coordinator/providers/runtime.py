@@ -23,7 +23,12 @@ from coordinator.egress import Egress
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.config import ProvidersConfig
 from coordinator.providers.executor import PoolExecutor, StreamEnd
-from coordinator.providers.failures import InvalidResponse, Other, ProviderError, TokenLimitExceeded
+from coordinator.providers.failures import (
+    InvalidResponse,
+    Other,
+    ProviderError,
+    TokenLimitExceeded,
+)
 from coordinator.providers.host import ProviderHost
 from coordinator.providers.loader import LoadedProvider, ProviderLoader
 from coordinator.providers.models import Capabilities, ModelInfo, capabilities, parse_models
@@ -143,7 +148,9 @@ class ProviderRuntime:
                 host=host,
                 timeout=self.config.request_timeout_secs,
             )
-        except InvalidResponse:
+        except InvalidResponse as exc:
+            if not exc.unconvertible:  # a thrown ``invalid_response`` is the script's error: it propagates
+                raise
             return []  # an answer with no JSON form counts as no rows
         return parse_models(value, provider.name)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.providers.failures import Other, TokenLimitExceeded
+from coordinator.providers.failures import InvalidResponse, Other, TokenLimitExceeded
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.providers.tokens import count_by_model
 
@@ -83,6 +83,12 @@ def test_pd5_list_models(harness: Harness) -> None:
 def test_list_models_error_propagates(harness: Harness) -> None:
     with pytest.raises(Other, match="down"):
         models(harness, 'fn list_models(s) { throw "down" }')
+
+
+def test_a_thrown_invalid_response_from_list_models_propagates(harness: Harness) -> None:
+    """Only an answer with no JSON form counts as no rows; a script's own error is an error."""
+    with pytest.raises(InvalidResponse, match="catalog garbled"):
+        models(harness, 'fn list_models(s) { throw #{kind: "invalid_response", message: "catalog garbled"} }')
 
 
 def guard_run(
