@@ -50,10 +50,11 @@ fn type_id(name: &str) -> PyResult<TypeId> {
         "array" => TypeId::of::<rhai::Array>(),
         "map" => TypeId::of::<Map>(),
         "blob" => TypeId::of::<rhai::Blob>(),
+        "fnptr" | "FnPtr" => TypeId::of::<rhai::FnPtr>(),
         "any" | "Dynamic" => TypeId::of::<Dynamic>(),
         other => {
             return Err(PyValueError::new_err(format!(
-                "unknown parameter type {other:?} (use string, int, float, bool, char, array, map, blob or any)"
+                "unknown parameter type {other:?} (use string, int, float, bool, char, array, map, blob, fnptr or any)"
             )))
         }
     })

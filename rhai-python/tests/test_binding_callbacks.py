@@ -185,6 +185,15 @@ def test_typed_overloads_coexist(engine: rhai.Engine) -> None:
     assert run(engine, 'kind("x") + kind(1) + kind(#{})') == "sim"
 
 
+def test_a_fnptr_parameter_takes_closures_and_refuses_other_values(engine: rhai.Engine) -> None:
+    engine.register_fn("twice", lambda f, x: f(f(x)), types=["fnptr", "int"])
+    assert run(engine, "twice(|v| v * 3, 2)") == 18
+    script = engine.compile('fn inc(v) { v + 1 }\nfn main() { twice(Fn("inc"), 2) }', name="t.rhai")
+    assert script.call("main") == 4
+    with pytest.raises(rhai.FunctionNotFound):
+        run(engine, 'twice("not a function", 2)')
+
+
 def test_unknown_type_name_is_refused(engine: rhai.Engine) -> None:
     with pytest.raises(ValueError, match="unknown parameter type"):
         engine.register_fn("f", lambda x: x, types=["strng"])

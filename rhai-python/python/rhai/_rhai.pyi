@@ -120,7 +120,7 @@ class Engine:
         """Make ``func`` a script function at every arity it accepts (up to 8).
 
         With ``types`` (``string``, ``int``, ``float``, ``bool``, ``char``, ``array``,
-        ``map``, ``blob``, ``any``), register exactly that typed signature instead;
+        ``map``, ``blob``, ``fnptr``, ``any``), register exactly that typed signature instead;
         typed functions take precedence over the standard library's.
         """
     def compile(self, source: str, name: str = "<script>") -> Script:
