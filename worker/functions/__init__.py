@@ -3,7 +3,8 @@
 ``region`` and ``provider`` each export ``FUNCTIONS`` (pure helpers, no I/O);
 ``SIGNATURES`` gives typed parameter lists for helpers that must shadow Rhai's
 standard library the way the reference's typed registration does (``trim(s)``
-returns the trimmed string instead of trimming in place).
+returns the trimmed string instead of trimming in place), and make a call with
+other argument types Rhai's catchable "function not found" (SPEC §2.4).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from worker.functions import provider, region
+from worker.functions.provider import BROKERED_SIGNATURES
 
-__all__ = ["HELPERS", "Helper"]
+__all__ = ["BROKERED_SIGNATURES", "HELPERS", "Helper"]
 
 Helper = tuple[Callable[..., Any], tuple[str, ...] | None]
 """A helper and its typed signature (``None``: registered at every arity it accepts)."""
 
 HELPERS: Final[Mapping[str, Mapping[str, Helper]]] = {
     "region": {name: (fn, region.SIGNATURES.get(name)) for name, fn in region.FUNCTIONS.items()},
-    "provider": {name: (fn, None) for name, fn in provider.FUNCTIONS.items()},
+    "provider": {name: (fn, provider.SIGNATURES.get(name)) for name, fn in provider.FUNCTIONS.items()},
 }

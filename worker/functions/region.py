@@ -12,6 +12,7 @@ base64 or filesystem helpers: none is defined here.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final
@@ -69,7 +70,7 @@ def _check(name: str, args: tuple[Any, ...], *types: str) -> None:
 
 def _float_text(value: float) -> str:
     """Rhai's float display: ``1.0``, ``0.1``, and exponent form beyond 1e13 or below 1e-13."""
-    if value != value:
+    if math.isnan(value):
         return "NaN"
     magnitude = abs(value)
     if magnitude == 0:

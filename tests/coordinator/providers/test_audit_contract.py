@@ -222,3 +222,9 @@ def test_the_coordinators_json_text_is_the_scripts(value: Any) -> None:
     """The coordinator writes JSON text (collapsed chunks, the guard's text) exactly as a script's
     ``to_json`` does in the worker: one spelling of floats, keys and escapes on both sides."""
     assert to_json_text(value) == rhai.to_json(value)
+
+
+def test_the_token_fallback_counts_special_tokens_instead_of_failing() -> None:
+    """The reference encodes with special tokens allowed: ``<|endoftext|>`` is one token, not an error."""
+    assert count_by_model("<|endoftext|>", "gpt-4") == 1
+    assert count_by_model("a<|endoftext|>b", "gpt-4o") == 3
