@@ -46,6 +46,7 @@ ERROR_CLASSES: Final = frozenset(
     }
 )
 MAX_RESIDENT_KEY: Final = 128
+_HEX: Final = frozenset("0123456789abcdef")
 
 
 def check_resident(body: Mapping[str, Any], op: str, kind: str, args: list[Any]) -> dict[str, Any] | None:
@@ -115,8 +116,8 @@ class Call:
         op, kind, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
         if op not in OPS or kind not in KINDS:
             raise MalformedMessage(f"unknown op {op!r} or kind {kind!r}")
-        if len(sha) != 64:
-            raise MalformedMessage("field 'sha' must be 64 hex digits")
+        if len(sha) != 64 or not _HEX.issuperset(sha):
+            raise MalformedMessage("field 'sha' must be 64 lowercase hex digits")
         timeout = s.opt_float(body, "timeout")
         if timeout is not None and not timeout > 0:
             raise MalformedMessage("field 'timeout' must be positive")

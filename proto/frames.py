@@ -80,8 +80,15 @@ _TYPES_BY_BYTE: Final[dict[int, Any]] = {int(command): cls for command, cls in M
 
 
 def encode(message: Message) -> list[bytes]:
-    """``message`` as its one frame; raises ``MalformedMessage`` if a value has no wire form."""
-    return [_HEADERS[message.COMMAND] + pack(message.to_body())]
+    """``message`` as its one frame; raises ``ProtocolError`` for anything the peer's ``decode`` refuses.
+
+    A CALL is checked field by field with the worker's own reader: its fields come from the caller
+    (timeout, tenant, function), and a CALL the worker drops is answered only by its deadline.
+    """
+    body = message.to_body()
+    if message.COMMAND is Command.CALL:
+        Call.from_body(body)
+    return [_HEADERS[message.COMMAND] + pack(body)]
 
 
 def decode(frames: Sequence[bytes]) -> Any:

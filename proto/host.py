@@ -37,6 +37,14 @@ STREAMING_HOST_CALLS: Final = frozenset({"stream_request"})
 """Brokered names whose reply is preceded by HOST_CHUNK payloads."""
 
 
+def _hid(body: Mapping[str, Any]) -> int:
+    """Host-call ids count from 1: ``hid`` 0 is the call's own output stream in CREDIT."""
+    hid = s.req_id(body, "hid")
+    if hid == 0:
+        raise MalformedMessage("field 'hid' must be >= 1")
+    return hid
+
+
 def _check_name(name: str) -> str:
     if name not in BROKERED["provider"]:
         raise MalformedMessage(f"{name!r} is not a brokered host function")
@@ -60,7 +68,7 @@ class HostCall:
     def from_body(cls, body: Mapping[str, Any]) -> HostCall:
         return cls(
             s.req_id(body),
-            s.req_id(body, "hid"),
+            _hid(body),
             _check_name(s.req_str(body, "name")),
             s.req_list(body, "args"),
         )
@@ -81,7 +89,7 @@ class HostReply:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> HostReply:
-        return cls(s.req_id(body), s.req_id(body, "hid"), s.req_bool(body, "ok"), s.any_value(body, "value"))
+        return cls(s.req_id(body), _hid(body), s.req_bool(body, "ok"), s.any_value(body, "value"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,4 +107,4 @@ class HostChunk:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> HostChunk:
-        return cls(s.req_id(body), s.req_id(body, "hid"), s.req_id(body, "seq"), s.any_value(body, "value"))
+        return cls(s.req_id(body), _hid(body), s.req_id(body, "seq"), s.any_value(body, "value"))

@@ -3,7 +3,8 @@
 Allowed values are nil, bool, int (signed or unsigned 64-bit), float, str, bin
 (Python ``bytes``), arrays and maps whose keys are strings.  Extension types
 (including msgpack timestamps) are refused.  Every length is capped so that a
-hostile peer cannot make the receiver allocate without bound.
+hostile peer cannot make the receiver allocate without bound.  ``pack`` refuses
+everything ``unpack`` would: a message its peer drops is a call nobody answers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 
 MAX_CONTAINER_LEN: Final = 1_000_000
 """Hard cap on the element count of one array or map."""
+
+_CONTAINERS: Final = (dict, list, tuple)
+"""What msgpack packs as an array or a map (subclasses included: ``strict_types=False``)."""
 
 _UNPACK_OPTIONS: Final[dict[str, Any]] = {
     "raw": False,
@@ -46,14 +50,40 @@ def _no_ext(code: int, data: bytes) -> object:
     raise MalformedMessage(f"msgpack extension type {code} is not allowed")
 
 
+def _check_packable(value: object) -> None:
+    """Refuse what msgpack packs but ``unpack`` refuses: non-string map keys, containers over the cap.
+
+    Without this the peer drops the whole message, and its call ends only by a deadline.  Iterative
+    (no recursion limit); a long list of scalars is skipped by one C-level pass over its types.
+    """
+    stack: list[Any] = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        if len(node) > MAX_CONTAINER_LEN:
+            raise TooLarge(f"{type(node).__name__} of {len(node)} elements exceeds {MAX_CONTAINER_LEN}")
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    raise MalformedMessage(f"map key of type {type(key).__name__}; keys must be strings")
+                if isinstance(item, _CONTAINERS):
+                    push(item)
+        elif len(node) <= 16 or any(issubclass(t, _CONTAINERS) for t in set(map(type, node))):
+            for item in node:
+                if isinstance(item, _CONTAINERS):
+                    push(item)
+
+
 def pack(value: object) -> bytes:
-    """Encode ``value``; raise ``MalformedMessage`` for types the wire cannot carry."""
+    """Encode ``value``; raise ``ProtocolError`` for what the wire cannot carry or ``unpack`` would refuse."""
     try:
         data = msgpack.packb(value, use_bin_type=True, strict_types=False, datetime=False)
     except (TypeError, ValueError, OverflowError, msgpack.PackException) as exc:
         raise MalformedMessage(f"value cannot be encoded: {exc}") from exc
     if len(data) > MAX_BODY_BYTES:
         raise TooLarge(f"encoded body of {len(data)} bytes exceeds {MAX_BODY_BYTES}")
+    if isinstance(value, _CONTAINERS):
+        _check_packable(value)
     return data  # type: ignore[no-any-return]
 
 
