@@ -206,6 +206,10 @@ class Attempt:
     timer: asyncio.TimerHandle | None = None
     started: float = 0.0
     host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    host_seq: int = 0
+    """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""
+    credited: int = 0
+    """CHUNK credit granted so far, beyond the stream window."""
     host_credit: dict[int, asyncio.Semaphore] = field(default_factory=dict)
     next_chunk: int = 0
 

@@ -42,11 +42,28 @@ from coordinator.queue import FairQueue
 from coordinator.supervisor import Supervisor
 from coordinator.transport import Router
 from coordinator.workers import Worker, WorkerState
-from proto import FROM_WORKER, Cancel, Chunk, Credit, Error, Goodbye, HostCall, HostReply, Message
+from proto import (
+    FROM_WORKER,
+    Cancel,
+    Chunk,
+    Credit,
+    Error,
+    Goodbye,
+    HostCall,
+    HostReply,
+    Message,
+    ProtocolError,
+    Ready,
+    Result,
+    encode,
+)
 from proto import Call as CallMessage
-from proto import ProtocolError, Ready, Result, encode
 
-__all__ = ["Dispatcher"]
+__all__ = ["MAX_OPEN_HOST_CALLS", "Dispatcher"]
+
+MAX_OPEN_HOST_CALLS = 8
+"""Host calls of one call open at once: a real worker opens more than one only by nesting (a host
+call made from a ``stream_request`` callback), so this bounds a lying worker's fan-out of egress."""
 
 log = logging.getLogger(__name__)
 
@@ -237,10 +254,11 @@ class Dispatcher:
             log.warning("dropped a message from unknown peer %s: %s", peer, name)
             return
         worker.last_seen = time.monotonic()
+        if worker.kill_reason == "protocol":  # a liar being stopped: nothing more it says is trusted
+            self.dropped += 1
+            return
         if isinstance(message, ProtocolError) or type(message).COMMAND not in FROM_WORKER:
-            self.protocol_errors += 1
-            log.warning("worker %s violated the protocol: %s", worker.id, message)
-            self._supervisor.kill(worker, "protocol", worker.head)
+            self._violation(worker, worker.head, message)
         elif isinstance(message, (Result, Error)):
             self._complete(worker, message)
         elif isinstance(message, Chunk):
@@ -249,7 +267,10 @@ class Dispatcher:
             attempt = worker.attempts.get(message.id)
             if attempt is None:
                 self._drop(worker, message)
+            elif message.hid != attempt.host_seq + 1 or len(attempt.host_tasks) >= MAX_OPEN_HOST_CALLS:
+                self._violation(worker, attempt, f"HOST_CALL {message.hid} out of order or too many open")
             else:
+                attempt.host_seq = message.hid
                 self._host.start(attempt, message)
         elif isinstance(message, Credit):
             attempt = worker.attempts.get(message.id)
@@ -259,6 +280,12 @@ class Dispatcher:
             self._supervisor.accept_ready(worker, message)
         elif isinstance(message, Goodbye):
             worker.goodbye = message.reason
+
+    def _violation(self, worker: Worker, target: Attempt | None, what: object) -> None:
+        """A worker broke the protocol: it is stopped, and only ``target`` (its call) is blamed."""
+        self.protocol_errors += 1
+        log.warning("worker %s violated the protocol: %s", worker.id, what)
+        self._supervisor.kill(worker, "protocol", target)
 
     def _drop(self, worker: Worker, message: Any) -> None:
         if worker.zombies.get(message.id) is None:
@@ -287,6 +314,9 @@ class Dispatcher:
             self._queue.push(call, front=True)  # resent with the whole list, like ScriptMissing
         elif isinstance(message, Error):
             call.finish(outcomes.from_error(call, worker, message))
+        elif call.op == "load" and outcomes.described_functions(message.value) is None:
+            call.finish(outcomes.lying_worker(call, worker, "its description of the script is malformed"))
+            self._violation(worker, attempt, "malformed load result")
         else:
             call.finish(outcomes.from_result(call, worker, message))
         if worker.state is WorkerState.DRAINING:
@@ -312,9 +342,9 @@ class Dispatcher:
             self._drop(worker, message)
             return
         call = attempt.call
-        if call.stream is None or message.seq != attempt.next_chunk:
-            self.protocol_errors += 1
-            self._supervisor.kill(worker, "protocol", attempt)
+        window = self._config.stream_window + attempt.credited
+        if call.stream is None or message.seq != attempt.next_chunk or message.seq >= window:
+            self._violation(worker, attempt, f"CHUNK {message.seq} out of order or beyond the window")
             return
         attempt.next_chunk += 1
         call.chunks += 1
@@ -324,6 +354,7 @@ class Dispatcher:
         """A streaming caller took ``n`` chunks: let the worker send ``n`` more."""
         attempt = call.attempt
         if attempt is not None and attempt.wire_id in attempt.worker.attempts:
+            attempt.credited += n
             self._router.send(attempt.worker.identity, Credit(attempt.wire_id, 0, n))
 
     def _send_for(self, attempt: Attempt, message: Message) -> bool:

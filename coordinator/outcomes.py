@@ -38,9 +38,11 @@ if TYPE_CHECKING:
 __all__ = [
     "blame",
     "death_error",
+    "described_functions",
     "fields",
     "from_error",
     "from_result",
+    "lying_worker",
     "may_rerun",
     "running",
     "timeout_error",
@@ -89,6 +91,26 @@ def from_error(call: Call, worker: Worker, msg: Error) -> CallFailed | LoadError
         column=msg.column,
         value=msg.value,
         **common,
+    )
+
+
+def described_functions(value: Any) -> tuple[tuple[str, int], ...] | None:
+    """A load RESULT's ``{"functions": [[name, arity], ...]}`` as sorted pairs; ``None`` if malformed."""
+    rows = value.get("functions") if isinstance(value, dict) else None
+    if not isinstance(rows, list) or not all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int and r[1] >= 0
+        for r in rows
+    ):
+        return None
+    return tuple(sorted((name, arity) for name, arity in rows))
+
+
+def lying_worker(call: Call, worker: Worker, what: str) -> CallFailed:
+    """A worker answered with nonsense: it is stopped, and the call fails as if it had crashed."""
+    return WorkerCrashed(
+        f"worker {worker.id} answered wrongly ({what}) and was stopped",
+        exit_reason="protocol",
+        **fields(call, worker),
     )
 
 

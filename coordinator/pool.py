@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from coordinator import outcomes
 from coordinator.calls import Call, CallResult, CallStream, HostHandler, Resident
 from coordinator.config import PoolConfig
 from coordinator.dispatcher import Dispatcher
@@ -161,7 +162,8 @@ class Pool:
         if handle is None or handle.name != name:
             probe = ScriptHandle(sha, name, kind, (), source)
             result = await self._run(probe, "load", "", [], timeout, "<load>", None)
-            functions = tuple(sorted((str(n), int(a)) for n, a in result.value["functions"]))
+            functions = outcomes.described_functions(result.value)  # the dispatcher refused anything else
+            assert functions is not None
             handle = ScriptHandle(sha, name, kind, functions, source)
             self._handles[(kind, sha)] = handle
         missing = [(fn, arity) for fn, arity in require if not handle.has_function(fn, arity)]
