@@ -3,7 +3,8 @@
 Blame rules after a worker death (ARCHITECTURE §4):
 - our kill for ``deadline`` or ``memory`` blames the attempt we killed it for;
 - a death we did not cause by SIGKILL/SIGTERM is external (an operator, the OOM
-  killer's victim selection is not the script's doing) and blames nobody;
+  killer's victim selection is not the script's doing) and blames nobody; so does
+  a clean exit after GOODBYE (a GOODBYE followed by a crash excuses nothing);
 - any other death we did not cause (abort, segfault, non-zero exit) blames the
   call that was running if only one was (the inline head or a threaded call);
 - with several running, such a death (or a memory kill) is ambiguous: it blames
@@ -128,7 +129,8 @@ def blame(worker: Worker) -> tuple[Attempt | None, list[Attempt]]:
         if worker.kill_target is not None:
             return worker.kill_target, []
         return None, running(worker)
-    if worker.goodbye or worker.process.returncode in _EXTERNAL:
+    returncode = worker.process.returncode
+    if (worker.goodbye and returncode == 0) or returncode in _EXTERNAL:  # GOODBYE then a crash: no excuse
         return None, []
     suspects = running(worker)
     if len(suspects) == 1:

@@ -35,6 +35,7 @@ from proto import (
     Command,
     Credit,
     Error,
+    Goodbye,
     Heartbeat,
     HostCall,
     HostReply,
@@ -314,6 +315,27 @@ def test_a_malformed_load_result_is_a_typed_failure(value: Any) -> None:
             fake.send(Result(call.id, value))
             with pytest.raises(RhaipoolError):
                 await load
+
+    run(scenario())
+
+
+def test_a_goodbye_before_a_crash_does_not_dodge_the_blame() -> None:
+    """A real worker says GOODBYE only on its way to a clean exit; one that then crashes is blamed."""
+
+    async def scenario() -> None:
+        async with pool_with_fake() as (pool, fake):
+            load = asyncio.ensure_future(pool.load(SCRIPT, name="s.rhai"))
+            await fake.answer_load([["add", 2]])
+            handle = await load
+            calling = asyncio.ensure_future(pool.call(handle, "add", 1, 2, timeout=5.0))
+            assert isinstance(await fake.recv(), Call)
+            fake.send(Goodbye("shutdown"))
+            await asyncio.sleep(0.1)
+            os.kill(fake.slot.pid, signal.SIGSEGV)
+            os.kill(fake.slot.pid, signal.SIGCONT)
+            with pytest.raises(WorkerCrashed):
+                await calling
+            assert pool.statistics().retries == 0
 
     run(scenario())
 
