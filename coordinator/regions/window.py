@@ -158,12 +158,17 @@ class Window:
         """
         meta = RenderMeta(stage_name, stage_iterations, model, self.current_tokens, self.max_tokens)
         shown = [region for region in self.regions if region.name not in self.hidden]
-        async with asyncio.TaskGroup() as group:  # custom regions render in parallel workers
-            tasks = {
-                id(region): group.create_task(region.render(meta))
-                for region in shown
-                if isinstance(region, Region)
-            }
+        try:
+            async with asyncio.TaskGroup() as group:  # custom regions render in parallel workers
+                tasks = {
+                    id(region): group.create_task(region.render(meta))
+                    for region in shown
+                    if isinstance(region, Region)
+                }
+        except (
+            BaseExceptionGroup
+        ) as failed:  # hooks never raise: a pool-level error, as Region.render raises it
+            raise failed.exceptions[0] from None
         reports = [task.result() for task in tasks.values()]
         outputs = [
             tasks[id(region)].result().as_region_output() if isinstance(region, Region) else region.render()
@@ -180,11 +185,14 @@ class Window:
         """Free room until ``max - current >= target_free`` (§1.9 path B).
 
         Raises ``PinnedOverBudget`` when the never-evicted regions alone exceed
-        the window and the goal could not be met.
+        the window and the goal could not be met.  A window that already has
+        the room loses nothing: no region is cleared, no ``on_overflow`` runs.
         """
         dropped: dict[str, list[Entry]] = {}
         warnings: list[RegionWarning] = []
         start = self.current_tokens
+        if self._goal_met(target_free):
+            return self._result(start, dropped, (), warnings)
         if self._phase1(target_free, dropped) or await self._phase15(target_free, dropped, warnings):
             return self._result(start, dropped, (), warnings)
         if self._phase2(target_free, dropped):
