@@ -22,6 +22,8 @@ pub const MAX_REENTRANCY: usize = 4;
 pub const TOKEN_DEADLINE: &str = "deadline";
 pub const TOKEN_CANCELLED: &str = "cancelled";
 pub const TOKEN_SIGNAL: &str = "signal";
+/// The call's operation budget ran out counting its script callbacks too.
+pub const TOKEN_OPERATIONS: &str = "operations";
 
 static MAIN_THREAD: OnceLock<ThreadId> = OnceLock::new();
 
@@ -57,10 +59,17 @@ impl CancelToken {
 
 pub struct CallState {
     pub engine: Arc<rhai::Engine>,
+    /// The script's name, for errors raised by its callbacks.
+    pub script: String,
     pub deadline: Option<Instant>,
     pub cancel: Option<Arc<AtomicBool>>,
     pub check_signals: bool,
+    /// The engine's operation counter as last reported by `on_progress`.
     pub operations: Cell<u64>,
+    /// Operations spent in script callbacks that already returned: each runs on
+    /// its own copy of the counter, so the budget is enforced here on the sum.
+    pub callback_operations: Cell<u64>,
+    max_operations: u64,
     last_signal_check: Cell<u64>,
     output_limit: usize,
     output: RefCell<Vec<String>>,
@@ -95,8 +104,14 @@ pub struct CallReport {
     pub pending: Option<PyErr>,
 }
 
+/// Starts a call. A call nested in a host function keeps its own deadline and token:
+/// rhaipool's worker serves unrelated calls nested on one thread (a region hook run
+/// while a provider call waits for its host reply), and a host function's own Python
+/// code is not bounded by the outer deadline anyway; the outer call's limits apply
+/// again as soon as the host function returns.
 pub fn push(
     engine: Arc<rhai::Engine>,
+    script: &str,
     deadline: Option<Instant>,
     cancel: Option<Arc<AtomicBool>>,
     output_limit: usize,
@@ -107,12 +122,16 @@ pub fn push(
             return Err("script calls nested inside host functions deeper than 4 levels");
         }
         let check_signals = MAIN_THREAD.get() == Some(&std::thread::current().id());
+        let max_operations = engine.max_operations();
         s.push(CallState {
             engine,
+            script: script.to_string(),
             deadline,
             cancel,
             check_signals,
             operations: Cell::new(0),
+            callback_operations: Cell::new(0),
+            max_operations,
             last_signal_check: Cell::new(0),
             output_limit,
             output: RefCell::new(Vec::new()),
@@ -136,7 +155,7 @@ pub fn take_report() -> CallReport {
     with_top(|st| CallReport {
         output: st.output.take(),
         truncated: st.truncated.get(),
-        operations: st.operations.get(),
+        operations: st.operations.get() + st.callback_operations.get(),
         pending: st.pending.take(),
     })
     .unwrap_or(CallReport {
@@ -150,15 +169,19 @@ pub fn take_report() -> CallReport {
 impl CallState {
     /// Why the call must stop now, if it must (deadline, cancellation).
     pub fn stop_reason(&self) -> Option<&'static str> {
-        if let Some(c) = &self.cancel {
-            if c.load(Ordering::Relaxed) {
-                return Some(TOKEN_CANCELLED);
-            }
+        if self.cancelled() {
+            return Some(TOKEN_CANCELLED);
         }
         match self.deadline {
             Some(d) if Instant::now() >= d => Some(TOKEN_DEADLINE),
             _ => None,
         }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
     }
 
     pub fn record_output(&self, text: &str) {
@@ -179,10 +202,12 @@ impl CallState {
 pub fn on_progress(ops: u64) -> Option<Dynamic> {
     with_top(|st| {
         st.operations.set(ops);
-        if let Some(c) = &st.cancel {
-            if c.load(Ordering::Relaxed) {
-                return Some(Dynamic::from(TOKEN_CANCELLED));
-            }
+        if st.cancelled() {
+            return Some(Dynamic::from(TOKEN_CANCELLED));
+        }
+        let spent = st.callback_operations.get();
+        if spent > 0 && ops.saturating_add(spent) > st.max_operations {
+            return Some(Dynamic::from(TOKEN_OPERATIONS));
         }
         if ops & 255 != 0 {
             return None;

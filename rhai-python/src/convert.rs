@@ -70,7 +70,15 @@ impl ConvError {
 
 impl From<PyErr> for ConvError {
     fn from(e: PyErr) -> Self {
-        ConvError::new(ConvKind::Type, e.to_string())
+        // A `ValueError` (a str with lone surrogates cannot be UTF-8) stays one.
+        let kind = Python::attach(|py| {
+            if e.is_instance_of::<PyValueError>(py) {
+                ConvKind::Value
+            } else {
+                ConvKind::Type
+            }
+        });
+        ConvError::new(kind, e.to_string())
     }
 }
 
@@ -200,7 +208,25 @@ pub fn to_python<'py>(
     value: &Dynamic,
     depth: usize,
 ) -> Result<Bound<'py, PyAny>, ConvError> {
-    to_python_cached(py, value, depth, &mut KeyCache { slots: Vec::new() })
+    to_python_cached(py, value, depth, &mut KeyCache { slots: Vec::new() }, None)
+}
+
+/// What a function pointer found while converting becomes.
+pub type FnPtrHook<'a, 'py> = &'a dyn Fn(Python<'py>, rhai::FnPtr) -> PyResult<Bound<'py, PyAny>>;
+
+/// Like `to_python`, with function pointers at any depth handed to `on_fnptr`.
+pub fn to_python_with<'py>(
+    py: Python<'py>,
+    value: &Dynamic,
+    on_fnptr: FnPtrHook<'_, 'py>,
+) -> Result<Bound<'py, PyAny>, ConvError> {
+    to_python_cached(
+        py,
+        value,
+        0,
+        &mut KeyCache { slots: Vec::new() },
+        Some(on_fnptr),
+    )
 }
 
 fn to_python_cached<'py>(
@@ -208,6 +234,7 @@ fn to_python_cached<'py>(
     value: &Dynamic,
     depth: usize,
     keys: &mut KeyCache<'py>,
+    on_fnptr: Option<FnPtrHook<'_, 'py>>,
 ) -> Result<Bound<'py, PyAny>, ConvError> {
     if value.is_unit() {
         return Ok(py.None().into_bound(py));
@@ -246,7 +273,7 @@ fn to_python_cached<'py>(
         if let Ok(map) = value.as_map_ref() {
             let dict = PyDict::new(py);
             for (k, v) in map.iter() {
-                let pv = to_python_cached(py, v, depth + 1, keys)
+                let pv = to_python_cached(py, v, depth + 1, keys, on_fnptr)
                     .map_err(|e| e.at(format!("[{:?}]", k.as_str())))?;
                 dict.set_item(keys.get(py, k.as_str()), pv)?;
             }
@@ -256,7 +283,8 @@ fn to_python_cached<'py>(
             let mut items = Vec::with_capacity(arr.len());
             for (i, v) in arr.iter().enumerate() {
                 items.push(
-                    to_python_cached(py, v, depth + 1, keys).map_err(|e| e.at(format!("[{i}]")))?,
+                    to_python_cached(py, v, depth + 1, keys, on_fnptr)
+                        .map_err(|e| e.at(format!("[{i}]")))?,
                 );
             }
             return Ok(PyList::new(py, items)?.into_any());
@@ -267,7 +295,10 @@ fn to_python_cached<'py>(
     }
     if value.is_fnptr() {
         if let Some(fp) = value.clone().flatten().try_cast::<rhai::FnPtr>() {
-            return Ok(host::fnptr_to_python(py, fp)?);
+            return Ok(match on_fnptr {
+                Some(hook) => hook(py, fp)?,
+                None => host::fnptr_to_python(py, fp)?,
+            });
         }
     }
     Err(ConvError::new(

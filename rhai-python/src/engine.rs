@@ -11,8 +11,9 @@ use std::any::TypeId;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBool;
 use rhai::module_resolvers::DummyModuleResolver;
 use rhai::packages::{Package, StandardPackage};
 use rhai::{Dynamic, EvalAltResult, ImmutableString, Map, NativeCallContext, Position, Shared};
@@ -77,6 +78,25 @@ fn std_package() -> Shared<rhai::Module> {
         .clone()
 }
 
+/// An `int` keyword argument; `bool` is refused (`max_operations=True` is a slip, not 1).
+fn int_arg(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if obj.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err("expected an int, not bool"));
+    }
+    obj.extract()
+}
+
+/// A limit must be positive: Rhai reads 0 as "unlimited" (or "none at all").
+fn positive<T: TryFrom<i64>>(name: &str, value: i64) -> PyResult<T> {
+    match T::try_from(value) {
+        Ok(v) if value > 0 => Ok(v),
+        _ => Err(PyValueError::new_err(format!(
+            "{name} must be a positive integer, not {value} (every limit must be a positive integer; \
+             0 would mean unlimited or none)"
+        ))),
+    }
+}
+
 fn lock_err<T>(_: T) -> PyErr {
     PyRuntimeError::new_err("engine lock poisoned")
 }
@@ -90,46 +110,33 @@ impl Engine {
         json_functions=true, check_argument_sizes=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        max_operations: u64,
-        max_call_levels: usize,
-        max_expr_depth: usize,
-        max_function_expr_depth: usize,
-        max_string_size: usize,
-        max_array_size: usize,
-        max_map_size: usize,
-        max_variables: usize,
-        max_functions: usize,
-        output_limit: usize,
+        #[pyo3(from_py_with = int_arg)] max_operations: i64,
+        #[pyo3(from_py_with = int_arg)] max_call_levels: i64,
+        #[pyo3(from_py_with = int_arg)] max_expr_depth: i64,
+        #[pyo3(from_py_with = int_arg)] max_function_expr_depth: i64,
+        #[pyo3(from_py_with = int_arg)] max_string_size: i64,
+        #[pyo3(from_py_with = int_arg)] max_array_size: i64,
+        #[pyo3(from_py_with = int_arg)] max_map_size: i64,
+        #[pyo3(from_py_with = int_arg)] max_variables: i64,
+        #[pyo3(from_py_with = int_arg)] max_functions: i64,
+        #[pyo3(from_py_with = int_arg)] output_limit: i64,
         json_functions: bool,
         check_argument_sizes: bool,
     ) -> PyResult<Self> {
         let limits = Limits {
-            max_operations,
-            max_call_levels,
-            max_expr_depth,
-            max_function_expr_depth,
-            max_string_size,
-            max_array_size,
-            max_map_size,
-            max_variables,
-            max_functions,
+            max_operations: positive("max_operations", max_operations)?,
+            max_call_levels: positive("max_call_levels", max_call_levels)?,
+            max_expr_depth: positive("max_expr_depth", max_expr_depth)?,
+            max_function_expr_depth: positive("max_function_expr_depth", max_function_expr_depth)?,
+            max_string_size: positive("max_string_size", max_string_size)?,
+            max_array_size: positive("max_array_size", max_array_size)?,
+            max_map_size: positive("max_map_size", max_map_size)?,
+            max_variables: positive("max_variables", max_variables)?,
+            max_functions: positive("max_functions", max_functions)?,
         };
-        let all = [
-            max_operations,
-            max_call_levels as u64,
-            max_expr_depth as u64,
-            max_function_expr_depth as u64,
-            max_string_size as u64,
-            max_array_size as u64,
-            max_map_size as u64,
-            max_variables as u64,
-            max_functions as u64,
-        ];
-        if all.contains(&0) {
-            return Err(PyValueError::new_err(
-                "every limit must be a positive integer (0 would mean unlimited or none)",
-            ));
-        }
+        // 0 keeps no output at all, which is a valid choice.
+        let output_limit = usize::try_from(output_limit)
+            .map_err(|_| PyValueError::new_err("output_limit must not be negative"))?;
         Ok(Self {
             limits,
             output_limit,

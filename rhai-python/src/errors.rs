@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rhai::{Dynamic, EvalAltResult, ParseError, Position};
 
-use crate::context::{self, TOKEN_CANCELLED, TOKEN_DEADLINE, TOKEN_SIGNAL};
+use crate::context::{self, TOKEN_CANCELLED, TOKEN_DEADLINE, TOKEN_OPERATIONS, TOKEN_SIGNAL};
 use crate::convert;
 
 fn variant_name(err: &impl std::fmt::Debug) -> String {
@@ -143,6 +143,18 @@ pub fn map_error(py: Python<'_>, err: &EvalAltResult, script: &str) -> PyErr {
             match token.as_str() {
                 TOKEN_DEADLINE => b("DeadlineExceeded", "script exceeded its deadline"),
                 TOKEN_CANCELLED => b("Cancelled", "script was cancelled"),
+                TOKEN_OPERATIONS => {
+                    let kind = "ErrorTooManyOperations";
+                    build(
+                        py,
+                        "TooManyOperations",
+                        "Too many operations",
+                        pos,
+                        script,
+                        kind,
+                        Some(&extra),
+                    )
+                }
                 _ => b("Cancelled", "script was terminated"),
             }
         }

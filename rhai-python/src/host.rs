@@ -4,8 +4,9 @@
 //!   function (one per accepted arity, every parameter `Dynamic`).
 //! * A Python callable passed *into* a script becomes a native function pointer
 //!   (`on_chunk.call(map)`).
-//! * A script closure passed *to* a host function becomes a `Callback`, callable
-//!   only during that host call and only on the script's thread.
+//! * A script closure passed *to* a host function (also inside a map or array)
+//!   becomes a `Callback`, callable only during that host call and only on the
+//!   script's thread; the operations it runs count against the call's budget.
 //!
 //! Errors: `rhai.Throw(value)` is thrown into the script as a catchable value;
 //! any other Python exception travels inside `ErrorSystem` (not catchable) and is
@@ -86,6 +87,15 @@ impl Callback {
             let ctx = self.store.create_context(&self.engine);
             self.fnptr.call_raw(&ctx, None, args)
         });
+        // The callback counted on a copy of the host call's counter, starting at `base`:
+        // add what it spent to the call's total and put the counter back where it was.
+        let base = self.store.global.num_operations;
+        context::with_top(|st| {
+            let spent = st.operations.get().saturating_sub(base);
+            st.callback_operations
+                .set(st.callback_operations.get().saturating_add(spent));
+            st.operations.set(base);
+        });
         match result {
             Ok(v) => convert::value_to_python(py, &v, "callback result"),
             Err(e) => Err(stash_error(py, e)),
@@ -101,7 +111,8 @@ impl Callback {
 /// a host function letting it escape gives the script back exactly that error.
 fn stash_error(py: Python<'_>, err: Box<EvalAltResult>) -> PyErr {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let pyerr = errors::map_error(py, &err, "<callback>");
+    let script = context::with_top(|st| st.script.clone()).unwrap_or_else(|| "<callback>".into());
+    let pyerr = errors::map_error(py, &err, &script);
     let _ = pyerr.value(py).setattr(STASH_ATTR, id);
     context::with_top(|st| st.stash.borrow_mut().insert(id, err));
     pyerr
@@ -144,9 +155,8 @@ fn call_python(
         let alive = Arc::new(AtomicBool::new(true));
         let mut py_args = Vec::with_capacity(args.len());
         for (i, a) in args.iter().enumerate() {
-            // Clone, never take: in method-call style `a` is the caller's own variable.
-            let v = (**a).clone();
-            match arg_to_python(py, ctx, v, &alive) {
+            // Read, never take: in method-call style `a` is the caller's own variable.
+            match arg_to_python(py, ctx, a, &alive) {
                 Ok(obj) => py_args.push(obj),
                 Err(e) => {
                     return Err(pyerr_to_engine(
@@ -176,31 +186,32 @@ fn call_python(
     result
 }
 
+/// A host argument -> Python; script function pointers anywhere inside it become
+/// `Callback`s valid during this host call.
 fn arg_to_python<'py>(
     py: Python<'py>,
     ctx: &NativeCallContext,
-    value: Dynamic,
+    value: &Dynamic,
     alive: &Arc<AtomicBool>,
 ) -> Result<Bound<'py, PyAny>, convert::ConvError> {
-    if value.is_fnptr() {
-        if let Some(fp) = value.clone().flatten().try_cast::<rhai::FnPtr>() {
-            if python_callable(&fp).is_none() {
-                let engine = context::with_top(|st| st.engine.clone());
-                if let Some(engine) = engine {
-                    #[allow(deprecated)]
-                    let cb = Callback {
-                        fnptr: fp,
-                        store: ctx.store_data(),
-                        engine,
-                        alive: alive.clone(),
-                        thread: std::thread::current().id(),
-                    };
-                    return Ok(Bound::new(py, cb)?.into_any());
-                }
+    let engine = context::with_top(|st| st.engine.clone());
+    let as_callback = |py: Python<'py>, fp: rhai::FnPtr| -> PyResult<Bound<'py, PyAny>> {
+        match (&engine, python_callable(&fp)) {
+            (Some(engine), None) => {
+                #[allow(deprecated)]
+                let cb = Callback {
+                    fnptr: fp,
+                    store: ctx.store_data(),
+                    engine: engine.clone(),
+                    alive: alive.clone(),
+                    thread: std::thread::current().id(),
+                };
+                Ok(Bound::new(py, cb)?.into_any())
             }
+            _ => fnptr_to_python(py, fp),
         }
-    }
-    convert::to_python(py, &value, 0)
+    };
+    convert::to_python_with(py, value, &as_callback)
 }
 
 /// Registers `func` as `name` once per parameter-type signature.

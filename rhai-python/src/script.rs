@@ -103,6 +103,7 @@ impl Script {
         let cancel_flag: Option<Arc<AtomicBool>> = cancel.map(|c| c.flag.clone());
         let guard = context::push(
             self.engine.clone(),
+            &self.name,
             deadline,
             cancel_flag,
             self.output_limit,
