@@ -133,6 +133,7 @@ class SandboxConfig:
     probe_env: str = "RHAIPOOL_PROBE_SECRET"
     probe_port: int | None = None
     probe_unix_path: str | None = None
+    probe_pid: int | None = None
 
 
 _entered = False
@@ -244,7 +245,7 @@ def enter(config: SandboxConfig) -> Report:
     run("landlock", lambda: _apply_landlock(paths, config.ipc_dir))
     run("seccomp", _seccomp.apply)
     if config.probe:
-        report["probe"] = probe(config.probe_env, config.probe_port, config.probe_unix_path)
+        report["probe"] = probe(config.probe_env, config.probe_port, config.probe_unix_path, config.probe_pid)
     return report
 
 

@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--probe-env", default=SandboxConfig.probe_env)
     parser.add_argument("--probe-port", type=int, default=None)
     parser.add_argument("--probe-unix", default=None, help="a pathname socket outside the ipc dir")
+    parser.add_argument("--probe-pid", type=int, default=None, help="cross-process target; default parent")
     parser.add_argument("--watch-interval", type=float, default=0.2, help="parent-liveness poll; 0 = off")
     parser.add_argument("--hold", type=float, default=0.0, help="stay alive N seconds after reporting")
     return parser
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         probe_env=args.probe_env,
         probe_port=args.probe_port,
         probe_unix_path=args.probe_unix,
+        probe_pid=args.probe_pid,
     )
     report = enter(config)
     if args.watch_interval > 0:

@@ -82,14 +82,95 @@ def _execve() -> str:
     return SUCCEEDED
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_IPC_PRIVATE, _IPC_CREAT, _IPC_RMID = 0, 0o1000, 0
+_RLIMIT_CORE = 4
+_SYS_IOPRIO_GET, _SYS_IOPRIO_SET = (252, 251) if os.uname().machine == "x86_64" else (31, 30)
+
+
+class _Rlimit(ctypes.Structure):
+    _fields_ = [("cur", ctypes.c_uint64), ("max", ctypes.c_uint64)]
+
+
+def _rc(result: int, what: str) -> str:
+    """SUCCEEDED for a non-negative return, else the errno text."""
+    if result >= 0:
+        return SUCCEEDED
+    err = ctypes.get_errno()
+    return f"OSError: {what}: [Errno {err}] {os.strerror(err)}"
+
+
+def _sysv_shm() -> str:
+    """System V shared memory is how a worker would reach same-uid segments of the host."""
+    shm = _libc.shmget(_IPC_PRIVATE, 4096, _IPC_CREAT | 0o600)
+    if shm >= 0:
+        _libc.shmctl(shm, _IPC_RMID, None)
+    return _rc(shm, "shmget")
+
+
+def _prlimit_other(pid: int) -> str:
+    """Read another process's RLIMIT_CORE and write the same value back: a no-op if allowed."""
+    old = _Rlimit()
+    if _libc.prlimit(pid, _RLIMIT_CORE, None, ctypes.byref(old)) != 0:
+        return _rc(-1, f"prlimit({pid}) read")
+    return _rc(_libc.prlimit(pid, _RLIMIT_CORE, ctypes.byref(old), None), f"prlimit({pid}) write")
+
+
+def _renice_other(pid: int) -> str:
+    """setpriority to the target's current nice value: a no-op if allowed."""
+    ctypes.set_errno(0)
+    nice = _libc.getpriority(0, pid)
+    if nice == -1 and ctypes.get_errno():
+        return _rc(-1, f"getpriority({pid})")
+    return _rc(_libc.setpriority(0, pid, nice), f"setpriority({pid})")
+
+
+def _affinity_other(pid: int) -> str:
+    """sched_setaffinity to the target's current mask: a no-op if allowed."""
+    mask = ctypes.create_string_buffer(128)
+    if _libc.sched_getaffinity(pid, len(mask), mask) != 0:
+        return _rc(-1, f"sched_getaffinity({pid})")
+    return _rc(_libc.sched_setaffinity(pid, len(mask), mask), f"sched_setaffinity({pid})")
+
+
+def _ioprio_other(pid: int) -> str:
+    """ioprio_set to the target's current I/O priority: a no-op if allowed."""
+    current = int(_libc.syscall(_SYS_IOPRIO_GET, 1, pid))
+    return _rc(int(_libc.syscall(_SYS_IOPRIO_SET, 1, pid, max(current, 0))), f"ioprio_set({pid})")
+
+
+def _signal_other(pid: int) -> str:
+    """The null signal: proves permission to signal without delivering anything."""
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return _describe(exc)
+    return SUCCEEDED
+
+
 def probe(
-    env_name: str = "RHAIPOOL_PROBE_SECRET", tcp_port: int | None = None, unix_path: str | None = None
+    env_name: str = "RHAIPOOL_PROBE_SECRET",
+    tcp_port: int | None = None,
+    unix_path: str | None = None,
+    target_pid: int | None = None,
 ) -> dict[str, str]:
-    """Try the forbidden things now; call only after :func:`worker.sandbox.enter`."""
+    """Try the forbidden things now; call only after :func:`worker.sandbox.enter`.
+
+    ``target_pid`` (default: our parent, the coordinator) is the other process the
+    cross-process attempts aim at; each attempt is a no-op if it gets through.
+    """
+    pid = target_pid if target_pid is not None else os.getppid()
     return {
         "open_etc_passwd": _open_etc_passwd(),
         "tcp_connect_loopback": _tcp_connect(tcp_port),
         "env_var": _env_var(env_name),
         "execve": _execve(),
         "unix_connect_outside_ipc_dir": _unix_connect(unix_path),
+        "sysv_shm": _sysv_shm(),
+        "prlimit_other_process": _prlimit_other(pid),
+        "renice_other_process": _renice_other(pid),
+        "affinity_other_process": _affinity_other(pid),
+        "ioprio_other_process": _ioprio_other(pid),
+        "signal_other_process": _signal_other(pid),
     }

@@ -15,6 +15,7 @@ import socket
 import threading
 
 __all__ = [
+    "CLONE_NEWIPC",
     "CLONE_NEWNS",
     "LayerResult",
     "cap_malloc_arenas",
@@ -40,6 +41,7 @@ PR_GET_NO_NEW_PRIVS = 39
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -193,32 +195,49 @@ def _loopback_unreachable() -> str | None:
     return "127.0.0.1 is routable"
 
 
+def _ipcns_id() -> str:
+    try:
+        return os.readlink("/proc/self/ns/ipc")
+    except OSError as exc:
+        return f"unknown ({exc.strerror})"
+
+
 def unshare_network() -> LayerResult:
-    """Move into a new user namespace and an empty network namespace.
+    """Move into a new user namespace, an empty network namespace and a private IPC namespace.
 
     The user namespace is what makes this work without root; it also leaves us with
     no capability in the host's namespace. Nothing is brought up, not even ``lo``.
-    Falls back to a bare CLONE_NEWNET when we hold CAP_SYS_ADMIN but user
+    The IPC namespace hides the host's System V shared memory, semaphores and message
+    queues (and POSIX mqueues), which same-uid processes could otherwise read and write.
+    Falls back to CLONE_NEWNET(|CLONE_NEWIPC) when we hold CAP_SYS_ADMIN but user
     namespaces are refused.
     """
     threads = thread_count()
-    before = _netns_id()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
-        how = "unshare(CLONE_NEWUSER|CLONE_NEWNET)"
+    before, ipc_before = _netns_id(), _ipcns_id()
+    attempts = (
+        (CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC, "unshare(CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWIPC)"),
+        (CLONE_NEWNET | CLONE_NEWIPC, "unshare(CLONE_NEWNET|CLONE_NEWIPC) only"),
+        (CLONE_NEWNET, "unshare(CLONE_NEWNET) only"),
+    )
+    refused: list[str] = []
+    for flags, how in attempts:
+        if libc.unshare(flags) == 0:
+            break
+        refused.append(errno_text(how))
+        if len(refused) == 1 and threads > 1:
+            refused[0] += f" [{threads} threads; needs a single-threaded process]"
     else:
-        first = errno_text("unshare(CLONE_NEWUSER|CLONE_NEWNET)")
-        if threads > 1:
-            first += f" [{threads} threads; needs a single-threaded process]"
-        if libc.unshare(CLONE_NEWNET) != 0:
-            return False, f"{first}; {errno_text('unshare(CLONE_NEWNET)')}"
-        how = f"unshare(CLONE_NEWNET) only ({first})"
-    after = _netns_id()
+        return False, "; ".join(refused)
+    if refused:
+        how += f" ({'; '.join(refused)})"
+    after, ipc_after = _netns_id(), _ipcns_id()
     if after == before:
         return False, f"{how} returned 0 but the netns is unchanged ({after})"
     problem = _loopback_unreachable()
     if problem is not None:
         return False, f"{how}: new netns {after} but {problem}"
-    return True, f"{how}: netns {before} -> {after}, no interface up (127.0.0.1 unreachable)"
+    ipc = f"ipc ns {ipc_before} -> {ipc_after}" if ipc_after != ipc_before else "ipc ns SHARED with the host"
+    return True, f"{how}: netns {before} -> {after}, no interface up (127.0.0.1 unreachable); {ipc}"
 
 
 class _CapHeader(ctypes.Structure):

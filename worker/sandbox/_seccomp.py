@@ -6,6 +6,13 @@ network- and file-less worker never needs and what would widen an escape:
 non-Unix sockets, new processes and exec, ptrace-like access to other processes,
 namespaces and mounts, kernel keyrings/BPF/perf/io_uring, modules, reboot.
 
+Workers run under the coordinator's uid, so every syscall whose permission check is
+"same uid" reaches the coordinator and the other workers unless refused here: System V
+IPC and POSIX message queues (shared memory of the host's IPC namespace), and anything
+that names another process: rlimits (prlimit64), priority, scheduling, affinity, I/O
+priority, and signals. Landlock scopes signals only from ABI 6, so signals are pinned to
+our own pid here too.
+
 Threads stay possible: ``clone`` is refused only without CLONE_THREAD, and
 ``clone3`` (whose flags live in memory a filter cannot read) returns ENOSYS, which
 makes glibc fall back to ``clone``.
@@ -31,6 +38,10 @@ _AF_UNIX = 1
 _CLONE_THREAD = 0x00010000
 _TIOCSTI = 0x5412
 _PR_SET_PDEATHSIG = 1
+_PRIO_PROCESS = 0
+_SCHED_OTHER = 0
+_F_SETOWN = 8
+_F_SETOWN_EX = 15
 
 DENIED_SYSCALLS: tuple[str, ...] = (
     "execve",
@@ -90,7 +101,36 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "fanotify_init",
     "nfsservctl",
     "vhangup",
+    # System V IPC and POSIX message queues: objects shared with every same-uid process.
+    "shmget",
+    "shmat",
+    "shmdt",
+    "shmctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+    # Only ever used to change another process (or a whole uid/process group).
+    "ioprio_set",
+    "tkill",
+    "pidfd_send_signal",
 )
+
+
+#: Refused unless the pid argument is 0 (this process): same-uid checks let them reach others.
+_SELF_ONLY: tuple[str, ...] = ("prlimit64", "sched_setaffinity", "sched_setparam", "sched_setattr")
+#: Signals: refused unless the target (thread group) is this process.
+_OWN_PID_ONLY: tuple[str, ...] = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 
 
 class _ArgCmp(ctypes.Structure):
@@ -138,10 +178,25 @@ def _errno_action(err: int) -> int:
     return _ACT_ERRNO | (err & 0xFFFF)
 
 
-def _rules() -> list[tuple[str, int, list[tuple[int, int, int, int]]]]:
-    """(syscall, errno, [(arg, op, a, b)]) — an empty comparison list means always."""
+def _rules(pid: int) -> list[tuple[str, int, list[tuple[int, int, int, int]]]]:
+    """(syscall, errno, [(arg, op, a, b)]) — an empty list means always; several comparisons AND.
+
+    ``pid`` is ours: the only process a worker may signal or re-limit (no fork, no pid namespace
+    change, so it stays valid). Zero means "self" for prlimit/setpriority/sched_*, but "my process
+    group" (the coordinator's) for kill, so kill must name our pid.
+    """
     rules: list[tuple[str, int, list[tuple[int, int, int, int]]]] = [
         (name, errno.EPERM, []) for name in DENIED_SYSCALLS
+    ]
+    rules += [(name, errno.EPERM, [(0, _CMP_NE, 0, 0)]) for name in _SELF_ONLY]
+    rules += [(name, errno.EPERM, [(0, _CMP_NE, pid, 0)]) for name in _OWN_PID_ONLY]
+    rules += [
+        ("setpriority", errno.EPERM, [(0, _CMP_NE, _PRIO_PROCESS, 0)]),  # PRIO_PGRP/PRIO_USER
+        ("setpriority", errno.EPERM, [(1, _CMP_NE, 0, 0)]),
+        # libzmq's I/O threads call pthread_setschedparam(self, current policy): keep SCHED_OTHER by tid.
+        ("sched_setscheduler", errno.EPERM, [(0, _CMP_NE, 0, 0), (1, _CMP_NE, _SCHED_OTHER, 0)]),
+        ("fcntl", errno.EPERM, [(1, _CMP_EQ, _F_SETOWN, 0), (2, _CMP_NE, pid, 0)]),
+        ("fcntl", errno.EPERM, [(1, _CMP_EQ, _F_SETOWN_EX, 0)]),
     ]
     rules += [
         ("socket", errno.EPERM, [(0, _CMP_NE, _AF_UNIX, 0)]),
@@ -166,7 +221,7 @@ def apply() -> LayerResult:
         tsync = lib.seccomp_attr_set(ctx, _FLTATR_CTL_TSYNC, 1) == 0
         added: list[str] = []
         unknown: list[str] = []
-        for name, err, cmps in _rules():
+        for name, err, cmps in _rules(os.getpid()):
             nr = lib.seccomp_syscall_resolve_name(name.encode())
             if nr < 0:
                 unknown.append(name)
@@ -184,7 +239,9 @@ def apply() -> LayerResult:
     detail = (
         f"{why}: default allow, {len(added)} rules; EPERM for non-AF_UNIX sockets, process creation "
         f"(fork/vfork/clone without CLONE_THREAD), exec, ptrace/process_vm_*, mount/unshare/setns, "
-        f"keyctl/bpf/perf/io_uring, modules/kexec/reboot, TIOCSTI, prctl(PR_SET_PDEATHSIG); "
+        f"keyctl/bpf/perf/io_uring, modules/kexec/reboot, TIOCSTI, prctl(PR_SET_PDEATHSIG), "
+        f"System V IPC and mq_*, other processes' rlimits/priority/scheduling/affinity/ioprio, "
+        f"signals and F_SETOWN to any pid but ours ({os.getpid()}); "
         f"clone3 -> ENOSYS; tsync={'on' if tsync else 'off'}; foreign-arch syscalls kill (libseccomp default)"
     )
     if unknown:
