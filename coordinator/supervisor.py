@@ -94,6 +94,7 @@ class Supervisor:
             process = subprocess.Popen(
                 self._command(identity), env=dict(_WORKER_ENV), cwd=self._workdir, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True,
+                start_new_session=True,  # not in the coordinator's process group: no group signal reaches both
             )  # fmt: skip
         except OSError as exc:
             log.error("cannot start a worker: %s", exc)

@@ -124,3 +124,16 @@ def test_recycling_without_configured_spares_warms_a_replacement_first() -> None
             assert [w.pid for w in pool.workers()] != [first] and len(pool.workers()) <= 2
 
     run(scenario())
+
+
+def test_workers_live_in_their_own_session_and_process_group() -> None:
+    """A signal to the coordinator's process group (a terminal's Ctrl-C, ``kill -- -pgid``) reaches no
+    worker, and one sent by a worker to its own group reaches no coordinator."""
+
+    async def scenario() -> None:
+        async with Pool(workers=2, spares=1) as pool:
+            for worker in pool.workers():
+                assert os.getpgid(worker.pid) == worker.pid != os.getpgid(0)
+                assert os.getsid(worker.pid) == worker.pid != os.getsid(0)
+
+    run(scenario())
