@@ -30,6 +30,10 @@ fn relay(url, on_chunk) {
     "relayed"
 }
 fn slow_then_fetch(url) { sleep(0.3); http_get(url) }
+fn relay_fetch(url, on_chunk) {
+    stream_request(url, "{}", #{}, |payload| { on_chunk.call(#{ delta: payload + "+" + http_get("http://in") }); });
+    "relayed"
+}
 """
 
 
@@ -112,6 +116,20 @@ def test_a_stream_closed_early_cancels_its_call_in_the_worker() -> None:
             assert [c async for c in finished] == [{"delta": "0"}]
             await finished.aclose()  # after the end: nothing to cancel
             assert finished.value == {"content": "done", "n": 1}
+
+    run(scenario())
+
+
+def test_a_host_call_from_a_stream_callback_nests_legitimately() -> None:
+    """Host calls nest only this way; the coordinator's sequence and fan-out checks must allow it."""
+
+    async def scenario() -> None:
+        async with Pool(workers=1, spares=0, stream_window=2) as pool:
+            handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+            stream = pool.stream(handle, "relay_fetch", "http://sse", host=Host(payloads=5))
+            chunks = [chunk async for chunk in stream]
+            assert chunks == [{"delta": f"p{i}+http_get:http://in"} for i in range(5)]
+            assert stream.value == "relayed" and pool.statistics().protocol_errors == 0
 
     run(scenario())
 
