@@ -5,8 +5,8 @@ Public API of the pool: ``Pool`` (asyncio) and ``SyncPool`` (blocking facade),
 the config classes and the error tree of ``coordinator.errors``.
 """
 
-from coordinator.calls import CallResult, CallStream, HostHandler, InvalidChunk
-from coordinator.config import Deadlines, Limits, PoolConfig, Recycling, RetryPolicy
+from coordinator._core.calls import CallResult, CallStream, HostHandler, InvalidChunk
+from coordinator._core.config import Deadlines, Limits, PoolConfig, Recycling, RetryPolicy
 from coordinator.errors import (
     CallFailed,
     Cancelled,
@@ -27,9 +27,9 @@ from coordinator.errors import (
     WorkerCrashed,
     WorkerLost,
 )
-from coordinator.handles import ScriptHandle
-from coordinator.pool import Pool, PoolStatistics, WorkerInfo
-from coordinator.sync import SyncPool
+from coordinator._core.handles import ScriptHandle
+from coordinator._core.pool import Pool, PoolStatistics, WorkerInfo
+from coordinator._core.sync import SyncPool
 
 __version__ = "0.1.0"
 

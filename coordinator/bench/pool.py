@@ -30,8 +30,8 @@ import psutil
 import rhai
 import zmq
 
-from coordinator.config import PoolConfig
-from coordinator.pool import Pool
+from coordinator._core.config import PoolConfig
+from coordinator._core.pool import Pool
 
 __all__ = ["bench", "run_benchmark"]
 

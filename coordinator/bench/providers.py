@@ -32,7 +32,7 @@ import httpx
 import psutil
 
 from coordinator.providers.config import parse_config
-from coordinator.providers.demo import GROQ_SCRIPT
+from coordinator._cli.demo import GROQ_SCRIPT
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.providers.session import open_runtime
 
@@ -213,7 +213,7 @@ async def _warm(runtime: ProviderRuntime, one: Callable[[], Awaitable[None]], n:
 
 def _start_server(delay: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.providers.standin", "--delay", str(delay)],
+        [sys.executable, "-m", "coordinator.bench.standin", "--delay", str(delay)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

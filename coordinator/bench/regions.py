@@ -198,7 +198,7 @@ def _report(results: Sequence[Measurement]) -> str:
 
 
 async def _main(sizes: Sequence[int], repeat: int, as_json: bool) -> None:
-    from coordinator.pool import Pool
+    from coordinator._core.pool import Pool
 
     async with Pool() as pool:
         results = await run_benchmark(pool, sizes, repeat)

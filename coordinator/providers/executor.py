@@ -19,9 +19,9 @@ from coordinator.providers.failures import (
 )
 
 if TYPE_CHECKING:
-    from coordinator.calls import HostHandler
-    from coordinator.handles import ScriptHandle
-    from coordinator.pool import Pool
+    from coordinator._core.calls import HostHandler
+    from coordinator._core.handles import ScriptHandle
+    from coordinator._core.pool import Pool
 
 __all__ = ["KIND", "PoolExecutor", "StreamEnd", "translate"]
 
@@ -63,7 +63,7 @@ def translate(exc: BaseException) -> ProviderError:
 
 
 class PoolExecutor:
-    """Runs provider scripts on a :class:`~coordinator.pool.Pool`."""
+    """Runs provider scripts on a :class:`~coordinator._core.pool.Pool`."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool

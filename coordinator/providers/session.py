@@ -40,7 +40,7 @@ async def open_runtime(
     config: ProvidersConfig, *, workers: int | None = 1, **pool_options: Any
 ) -> AsyncIterator[ProviderRuntime]:
     """Start a pool and the shared HTTP client, and yield a runtime over them."""
-    from coordinator.pool import Pool
+    from coordinator._core.pool import Pool
 
     async with Pool(workers=workers, **pool_options) as pool, Egress() as egress:
         yield ProviderRuntime(PoolExecutor(pool), egress, config)

@@ -43,7 +43,7 @@ class RegionLoadError(RhaipoolError):
 
 
 class RegionPool(Protocol):
-    """The part of ``coordinator.pool.Pool`` the region runtime uses."""
+    """The part of ``coordinator._core.pool.Pool`` the region runtime uses."""
 
     async def load(self, source: str, /, *, name: str, kind: Literal["region"]) -> Any:
         """Compile and check in a worker; returns a handle with ``sha256`` and ``functions``."""

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from pool_support import SCRIPT, run
 
-from coordinator.config import Deadlines, Limits, PoolConfig, RetryPolicy
+from coordinator._core.config import Deadlines, Limits, PoolConfig, RetryPolicy
 from coordinator.errors import CompileError, LimitExceeded, Quarantined, ScriptTimeout
-from coordinator.handles import ScriptHandle
-from coordinator.pool import Pool
+from coordinator._core.handles import ScriptHandle
+from coordinator._core.pool import Pool
 
 CONFIG = PoolConfig(
     workers=2,

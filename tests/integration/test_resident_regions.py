@@ -16,8 +16,8 @@ from typing import Any
 
 from pool_support import run
 
-from coordinator.config import Deadlines, Limits, PoolConfig
-from coordinator.pool import Pool
+from coordinator._core.config import Deadlines, Limits, PoolConfig
+from coordinator._core.pool import Pool
 from coordinator.regions import Region, RegionLoader
 from coordinator.regions.loading import PoolHookRunner
 from coordinator.regions.resident import ResidentEntries

@@ -17,7 +17,7 @@ import zmq
 from pool_support import SCRIPT, run
 
 from coordinator.errors import CallFailed, WorkerLost
-from coordinator.pool import Pool
+from coordinator._core.pool import Pool
 from proto import SIGNATURE, Call, Command, Result, encode
 
 
@@ -101,7 +101,7 @@ def test_ten_thousand_calls_while_workers_are_killed_at_random() -> None:
 
 COORDINATOR = """
 import asyncio, json, sys
-from coordinator.pool import Pool
+from coordinator._core.pool import Pool
 async def main():
     async with Pool(workers=2, spares=1) as pool:
         h = await pool.load("fn f(s) { sleep(s); 1 }")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pool_support import run
 
-from coordinator.pool import Pool
+from coordinator._core.pool import Pool
 
 
 def test_ready_carries_sandbox_layers_and_probe_results() -> None:

@@ -4,7 +4,7 @@ Each pool test folder's conftest re-exports ``no_stray_children``; a conftest at
 ``tests/`` itself would put ``tests/`` on ``sys.path``, where ``tests/proto``
 would shadow the real ``proto`` package.
 
-The region and provider suites keep one pool per module (their workers outlive a
+The region, provider and CLI suites keep one pool per module (their workers outlive a
 single test by design) and the sandbox tests manage their own children, so those
 files are left to their own fixtures.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pool_support import wait_no_children
 
-_OTHERS = ("regions", "providers")
+_OTHERS = ("regions", "providers", "cli")
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.egress import EgressPolicy
-from coordinator.providers.standin import StandinServer
+from coordinator.bench.standin import StandinServer
 
 from .harness import Harness
 from .server import install_behaviours

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.egress import Egress
-from coordinator.pool import Pool
+from coordinator._core.pool import Pool
 from coordinator.providers.clock import Clock
 from coordinator.providers.config import ProvidersConfig, parse_config
 from coordinator.providers.executor import PoolExecutor
 from coordinator.providers.runtime import ProviderRuntime
-from coordinator.providers.standin import StandinServer
+from coordinator.bench.standin import StandinServer
 
 __all__ = ["Harness"]
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from urllib.parse import quote
 
-from coordinator.providers.standin import Reply, Request, StandinServer
+from coordinator.bench.standin import Reply, Request, StandinServer
 
 __all__ = ["install_behaviours"]
 

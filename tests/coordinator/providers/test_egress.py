@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.egress import Egress, EgressPolicy, HostError
-from coordinator.providers.standin import StandinServer
+from coordinator.bench.standin import StandinServer
 
 from .server import redirect_url
 

@@ -250,7 +250,7 @@ def test_transient_server_errors_are_retried_then_succeed(harness: Harness) -> N
     counter = {"n": 0}
 
     def flaky(_request: Any) -> Any:
-        from coordinator.providers.standin import Reply
+        from coordinator.bench.standin import Reply
 
         counter["n"] += 1
         return Reply.json({"ok": counter["n"]}, 503 if counter["n"] < 3 else 200)
@@ -338,7 +338,7 @@ def test_many_concurrent_inferences_on_few_workers(harness: Harness) -> None:
 
 
 def _ok() -> Any:
-    from coordinator.providers.standin import Reply
+    from coordinator.bench.standin import Reply
 
     return Reply(200, {"Content-Type": "text/plain"}, b"ok")
 

@@ -10,7 +10,7 @@ import pytest
 from coordinator.regions import RegionLoader, RegionLoadError, ScriptInfo
 
 if TYPE_CHECKING:
-    from conftest import Pooled
+    from region_pool import Pooled
 
 
 def _load(pooled: Pooled, source: str) -> ScriptInfo:
@@ -118,7 +118,7 @@ def test_a_closed_pool_is_the_hosts_error_not_a_fallback(tmp_path: Path) -> None
     import asyncio
 
     from coordinator.errors import PoolClosed
-    from coordinator.pool import Pool
+    from coordinator._core.pool import Pool
 
     (tmp_path / "b.rhai").write_text('fn render(ctx) { "x" }')
 

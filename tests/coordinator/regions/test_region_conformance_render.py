@@ -9,7 +9,7 @@ import pytest
 from coordinator.regions import Entry, Region, RenderMeta, RenderReport, SystemBlock, ToolCall
 
 if TYPE_CHECKING:
-    from conftest import Pooled
+    from region_pool import Pooled
 
 META = RenderMeta("plan", 2, "m1", 50, 2000)
 KEPT = SystemBlock("[brain]:\nkept", "Never", "rewritten", "brain")

@@ -9,7 +9,7 @@ import pytest
 from coordinator.regions import BuiltinRegion, Entry, Region, RenderMeta, SystemBlock, Window
 
 if TYPE_CHECKING:
-    from conftest import Pooled
+    from region_pool import Pooled
 
 KEPT = SystemBlock("[brain]:\nkept", "Never", "rewritten", "brain")
 

@@ -11,7 +11,7 @@ import pytest
 from coordinator.regions import BuiltinRegion, Entry, PinnedOverBudget, Region, RegionLoader, ToolCall, Window
 
 if TYPE_CHECKING:
-    from conftest import Pooled
+    from region_pool import Pooled
 
 RENDER = 'fn render(ctx) { "" }\n'
 

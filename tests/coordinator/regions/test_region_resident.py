@@ -20,7 +20,7 @@ from coordinator.regions.model import ToolCall
 from coordinator.regions.resident import ResidentEntries, entry_delta
 
 if TYPE_CHECKING:
-    from conftest import Pooled
+    from region_pool import Pooled
 
 SCRIPT = r"""
 fn render(ctx) {

@@ -1,0 +1,5 @@
+"""``python -m coordinator``: the ``rhaipool`` command line."""
+
+from coordinator._cli import main
+
+main()

@@ -1,0 +1,154 @@
+"""The ``rhaipool`` command line (SPEC §4).
+
+Sub-commands live next to the runtime they drive (``coordinator._cli.regions``,
+``coordinator._cli.providers``, ``coordinator.bench``); this module only attaches
+them and holds the two commands that span both kinds: ``validate`` and ``doctor``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from coordinator import __version__
+from coordinator.bench.pool import bench as pool_bench
+from coordinator._cli import providers as provider_cli
+from coordinator._cli import regions as region_cli
+
+_PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+@click.group()
+@click.version_option(__version__, prog_name="rhaipool")
+def main() -> None:
+    """Run untrusted Rhai region and provider scripts in sandboxed workers."""
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--kind", type=click.Choice(["region", "provider"]), required=True)
+@click.option("--json", "as_json", is_flag=True, help='Print {"valid", "error", "functions", "metadata"}.')
+def validate(path: Path, kind: str, as_json: bool) -> None:
+    """Compile PATH in a sandboxed worker and run the load-time checks of its kind.
+
+    PATH is not checked by click: a missing or unreadable file is an invalid script, reported with the
+    reference's read-error message (in the ``--json`` document when asked), not as a usage error.
+    """
+    if kind == "region":
+        sys.exit(region_cli.run_validate(path, as_json))
+    sys.exit(asyncio.run(provider_cli.run_validate(path, as_json)))
+
+
+main.add_command(region_cli.test_command)
+for command in provider_cli.COMMANDS:
+    main.add_command(command)
+
+
+async def _sandbox_report() -> list[dict[str, Any]]:
+    from coordinator import Pool, PoolConfig
+
+    async with Pool(PoolConfig(workers=1, spares=0)) as pool:
+        handle = await pool.load("fn ping() { true }", name="doctor.rhai", kind="region")
+        healthy = await pool.call(handle, "ping", timeout=5.0) is True
+        return [
+            {"worker": w.id, "pid": w.pid, "healthy": healthy, "sandbox": w.sandbox} for w in pool.workers()
+        ]
+
+
+def _doctor_inference(config_path: Path | None, target: str) -> dict[str, Any]:
+    """The ``-m`` half; a config that cannot be read is a failed check with its reason, not a traceback."""
+    from coordinator.providers.config import ProviderConfigError
+    from coordinator.providers.session import read_config
+
+    try:
+        config = read_config(config_path)
+    except ProviderConfigError as exc:
+        name, _, model = target.partition("/")
+        return {"provider": name, "model": model or None, "ok": False, "error": str(exc)}
+    return asyncio.run(provider_cli.doctor_model(config, target))
+
+
+@main.command()
+@click.option("-m", "target", help="Also run one real inference on PROVIDER/MODEL.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config file (TOML).")
+@click.option("--json", "as_json", is_flag=True)
+def doctor(target: str | None, config_path: Path | None, as_json: bool) -> None:
+    """Report every sandbox layer of a real worker, the pool's health and, with -m, one inference."""
+    workers = asyncio.run(_sandbox_report())
+    report: dict[str, Any] = {"workers": workers, "ok": all(w["healthy"] for w in workers)}
+    if target:
+        report["inference"] = _doctor_inference(config_path, target)
+        report["ok"] = report["ok"] and report["inference"]["ok"]
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False))
+    else:
+        for w in workers:
+            click.echo(
+                f"worker {w['worker']} (pid {w['pid']}): {'healthy' if w['healthy'] else 'NOT healthy'}"
+            )
+            for layer, info in w["sandbox"].items():
+                if isinstance(info, dict) and "active" in info:
+                    mark = "active  " if info["active"] else "INACTIVE"
+                    click.echo(f"  {layer:<13} {mark} {info.get('detail', '')}")
+        if target:
+            inf = report["inference"]
+            click.echo(
+                f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}"
+            )
+    sys.exit(0 if report["ok"] else 1)
+
+
+@main.command()
+@click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+def demo(scenario: Path | None) -> None:
+    """Replay a region scenario and ask a provider, both through the sandboxed pool."""
+    from coordinator._cli.demo import EXAMPLES, provider_demo
+
+    path = scenario or EXAMPLES / "regions" / "brain.scenario.json"
+    shown = f"examples/{path.relative_to(EXAMPLES)}" if path.is_relative_to(EXAMPLES) else path
+    click.secho(f"== region scenario {shown}", bold=True)
+    code = region_cli.run_test(path, as_json=False)
+    click.echo()
+    click.secho("== provider examples/providers/groq.rhai against a local stand-in API", bold=True)
+    ok = asyncio.run(provider_demo(click.echo))
+    sys.exit(0 if code == 0 and ok else 1)
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks (not tests): each prints ratios against a baseline measured in the same run."""
+
+
+bench.add_command(pool_bench, name="pool")
+
+
+@bench.command("regions", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_regions(ctx: click.Context) -> None:
+    """Region render through the pool vs in-process (``--entries``, ``--repeat``, ``--json``)."""
+    from coordinator.bench.regions import main as run
+
+    run(ctx.args)
+
+
+@bench.command("providers", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_providers(ctx: click.Context) -> None:
+    """256 concurrent inferences through the pool vs plain httpx (``--help`` for options)."""
+    from coordinator.bench.providers import main as run
+
+    run(ctx.args)
+
+
+@bench.command("binding", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_binding(ctx: click.Context) -> None:
+    """rhai-python call overhead, ctx round trip vs msgpack, ops/s, compile times (``--json``)."""
+    from coordinator.bench.binding import main as run
+
+    run(ctx.args)

@@ -1,0 +1,226 @@
+"""Call bookkeeping: a ``Call`` (what the caller asked), its ``Attempt``s (one per worker tried),
+the ``CallResult`` it ends with, and the ``CallStream`` a streaming caller iterates.
+
+A call is finished exactly once, by ``Call.finish``; later outcomes are ignored
+(and counted), so nothing is ever answered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from coordinator.errors import CallFailed, Cancelled
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from coordinator._core.handles import ScriptHandle
+    from coordinator._core.workers import Worker
+
+__all__ = ["Attempt", "Call", "CallResult", "CallStream", "HostHandler", "InvalidChunk", "Resident"]
+
+
+class HostHandler(Protocol):
+    """What ``pool.call(..., host=handler)`` needs from the provider runtime.
+
+    ``call(name, args)`` performs a brokered host function (``http_get``,
+    ``http_post``, ``env_var``) and returns its value; raising
+    ``coordinator.errors.HostCallError(value)`` throws ``value`` into the script
+    (catchable).  ``stream(name, args)`` serves ``stream_request``: each yielded
+    SSE payload string is delivered to the script's callback, at most
+    ``PoolConfig.stream_window`` un-acknowledged at a time.
+    """
+
+    async def call(self, name: str, args: list[Any]) -> Any: ...
+
+    def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]: ...
+
+
+class Resident(Protocol):
+    """What ``pool.call(..., resident=...)`` takes: entries kept in the worker, sent whole or as a delta.
+
+    ``coordinator.regions.resident.ResidentCall`` is the implementation; the
+    worker splices the list into ``args[0]["entries"]`` (RHP §6.3).
+    """
+
+    def holds(self, worker_id: str) -> bool:
+        """Whether ``worker_id`` is believed to hold the base version (routing prefers it)."""
+        ...
+
+    def wire(self, worker_id: str) -> dict[str, Any]:
+        """The CALL's ``resident`` field for ``worker_id`` (a delta only if it holds the base)."""
+        ...
+
+    def lost(self, worker_id: str) -> bool:
+        """The worker answered ``ResidentMissing``; ``True`` if resending the whole list may help."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidChunk:
+    """A stream item standing for a chunk the script emitted that had no wire form (SPEC §3.11)."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """A successful call: its value and what it cost in the worker."""
+
+    value: Any
+    wall: float
+    """Seconds the script ran (engine wall clock)."""
+    cpu: float
+    """CPU seconds of the script's thread."""
+    peak_rss: int
+    """Peak resident bytes of the worker process so far (a process-wide high-water mark)."""
+    operations: int
+    output: tuple[str, ...]
+    """Captured ``print``/``debug`` lines (size-capped by the engine)."""
+    worker_id: str
+    attempts: int
+
+
+class CallStream:
+    """Chunks of a streaming call as an async iterator; ``result`` holds the final value afterwards.
+
+    Iteration raises the call's error if it failed.  Each chunk taken grants the
+    worker one more credit, so at most ``stream_window`` chunks are ever buffered.
+    A consumer that stops early calls ``aclose()`` (or uses ``contextlib.aclosing``):
+    the call is cancelled in its worker instead of waiting there for credit.
+    """
+
+    def __init__(self) -> None:
+        self._chunks: deque[Any] = deque()
+        self._wakeup = asyncio.Event()
+        self._outcome: CallResult | BaseException | None = None
+        self.credit: Callable[[int], None] = lambda n: None
+        self.cancel: Callable[[], None] = lambda: None
+
+    def push(self, value: Any) -> None:
+        self._chunks.append(value)
+        self._wakeup.set()
+
+    def close(self, outcome: CallResult | BaseException) -> None:
+        if self._outcome is None:
+            self._outcome = outcome
+        self._wakeup.set()
+
+    def __aiter__(self) -> CallStream:
+        return self
+
+    async def aclose(self) -> None:
+        """Cancel the call if it has not ended (idempotent); iteration then ends with ``Cancelled``."""
+        if self._outcome is None:
+            self.cancel()
+            self.close(Cancelled("the stream was closed by its consumer before the call ended"))
+
+    async def __anext__(self) -> Any:
+        while not self._chunks and self._outcome is None:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        if self._chunks:
+            value = self._chunks.popleft()
+            self.credit(1)
+            return value
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        raise StopAsyncIteration
+
+    @property
+    def result(self) -> CallResult:
+        """The final outcome; only valid once iteration has ended."""
+        if not isinstance(self._outcome, CallResult):
+            raise RuntimeError("the stream has not finished successfully")
+        return self._outcome
+
+    @property
+    def value(self) -> Any:
+        return self.result.value
+
+
+@dataclass(eq=False, slots=True)
+class Call:
+    """One request from a caller; ends exactly once with a ``CallResult`` or a ``CallFailed``."""
+
+    id: int
+    handle: ScriptHandle
+    op: str
+    fn: str
+    args: list[Any]
+    timeout: float
+    tenant: str
+    future: asyncio.Future[CallResult]
+    host: HostHandler | None = None
+    stream: CallStream | None = None
+    enqueued_at: float = 0.0
+    retries: int = 0
+    host_sent: bool = False
+    chunks: int = 0
+    attempt: Attempt | None = None
+    resident: Resident | None = None
+    alone: bool = False
+    """Its script is a suspect (``coordinator._core.isolation``): run it on a worker holding nothing else."""
+
+    @property
+    def inline(self) -> bool:
+        """Region calls and loads run on the worker's loop thread, one at a time."""
+        return self.op == "load" or (self.op == "call" and self.handle.kind == "region")
+
+    def resident_elsewhere(self, worker_id: str) -> bool:
+        """Routing: this call's resident entries are not believed to be at ``worker_id``."""
+        return self.resident is not None and not self.resident.holds(worker_id)
+
+    def resend_whole(self, worker_id: str, error_cls: str) -> bool:
+        """The worker failed us with ``error_cls``: ``True`` if it lost our resident list and a resend helps."""
+        return error_cls == "ResidentMissing" and self.resident is not None and self.resident.lost(worker_id)
+
+    @property
+    def done(self) -> bool:
+        return self.future.done()
+
+    def finish(self, outcome: CallResult | CallFailed | BaseException) -> bool:
+        """Resolve the call; ``False`` if it already had an outcome."""
+        if self.future.done():
+            return False
+        if isinstance(outcome, CallResult):
+            self.future.set_result(outcome)
+        else:
+            self.future.set_exception(outcome)
+        if self.stream is not None:
+            self.stream.close(outcome)
+        return True
+
+
+@dataclass(eq=False, slots=True)
+class Attempt:
+    """One try of a call on one worker, under its own wire id."""
+
+    wire_id: int
+    call: Call
+    worker: Worker
+    timer: asyncio.TimerHandle | None = None
+    started: float = 0.0
+    host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    host_seq: int = 0
+    """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""
+    credited: int = 0
+    """CHUNK credit granted so far, beyond the stream window."""
+    host_credit: dict[int, asyncio.Semaphore] = field(default_factory=dict)
+    next_chunk: int = 0
+
+    def cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def abandon(self) -> None:
+        """Stop everything this attempt started on the coordinator side."""
+        self.cancel_timer()
+        for task in self.host_tasks.values():
+            task.cancel()
+        self.host_tasks.clear()

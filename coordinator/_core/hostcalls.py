@@ -1,0 +1,86 @@
+"""The coordinator's side of brokered host calls: HOST_CALL in, the caller's handler runs, HOST_REPLY out.
+
+Each host call runs as a task in the pool's TaskGroup and is cancelled when its
+attempt ends (result, deadline, worker death).  ``stream_request`` payloads are
+sent as HOST_CHUNK, at most ``window`` un-acknowledged (a semaphore released by
+the worker's CREDIT messages), so a slow script makes the handler wait instead of
+anything buffering without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from coordinator.errors import HostCallError
+from proto import BROKERED, STREAMING_HOST_CALLS, Credit, HostCall, HostChunk, HostReply, Message
+
+if TYPE_CHECKING:
+    from coordinator._core.calls import Attempt
+
+__all__ = ["HostBridge"]
+
+log = logging.getLogger(__name__)
+
+Send = Callable[["Attempt", Message], bool]
+Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
+
+
+class HostBridge:
+    """Runs host calls for attempts; ``send`` refuses (returns False) once an attempt has ended."""
+
+    def __init__(self, send: Send, spawn: Spawn, window: int) -> None:
+        self._send, self._spawn, self._window = send, spawn, window
+        self.started = 0
+
+    def start(self, attempt: Attempt, msg: HostCall) -> None:
+        call = attempt.call
+        call.host_sent = True
+        arities = BROKERED[call.handle.kind].get(msg.name)
+        sent_arity = len(msg.args) + (1 if msg.name in STREAMING_HOST_CALLS else 0)
+        if arities is None or sent_arity not in arities:
+            self._send(
+                attempt, HostReply(msg.id, msg.hid, False, f"function not found: {msg.name}/{sent_arity}")
+            )
+            return
+        if call.host is None or msg.hid in attempt.host_tasks:
+            self._send(attempt, HostReply(msg.id, msg.hid, False, "provider host channel closed"))
+            return
+        self.started += 1
+        if msg.name in STREAMING_HOST_CALLS:
+            attempt.host_credit[msg.hid] = asyncio.Semaphore(self._window)
+        task = self._spawn(self._serve(attempt, msg))
+        attempt.host_tasks[msg.hid] = task
+        task.add_done_callback(lambda _: attempt.host_tasks.pop(msg.hid, None))
+
+    def credit(self, attempt: Attempt, msg: Credit) -> None:
+        semaphore = attempt.host_credit.get(msg.hid)
+        if semaphore is not None:
+            for _ in range(msg.n):
+                semaphore.release()
+
+    async def _serve(self, attempt: Attempt, msg: HostCall) -> None:
+        host = attempt.call.host
+        assert host is not None
+        try:
+            if msg.name in STREAMING_HOST_CALLS:
+                semaphore, seq = attempt.host_credit[msg.hid], 0
+                async for payload in host.stream(msg.name, list(msg.args)):
+                    await semaphore.acquire()
+                    if not self._send(attempt, HostChunk(msg.id, msg.hid, seq, payload)):
+                        return
+                    seq += 1
+                reply = HostReply(msg.id, msg.hid, True, None)
+            else:
+                reply = HostReply(msg.id, msg.hid, True, await host.call(msg.name, list(msg.args)))
+        except HostCallError as exc:
+            reply = HostReply(msg.id, msg.hid, False, exc.value)
+        except Exception as exc:  # a handler bug must reach the script as an error, not the event loop
+            log.warning("host handler %s failed: %r", msg.name, exc)
+            reply = HostReply(
+                msg.id, msg.hid, False, f"provider host dropped the reply: {type(exc).__name__}: {exc}"
+            )
+        if not self._send(attempt, reply):
+            log.debug("host reply for ended call %d dropped", msg.id)

@@ -1,0 +1,181 @@
+"""Turning what a worker said (or how it died) into the one outcome a call ends with.
+
+Blame rules after a worker death (ARCHITECTURE §4):
+- our kill for ``deadline`` or ``memory`` blames the attempt we killed it for;
+- a death we did not cause by SIGKILL/SIGTERM is external (an operator, the OOM
+  killer's victim selection is not the script's doing) and blames nobody; so does
+  a clean exit after GOODBYE (a GOODBYE followed by a crash excuses nothing);
+- any other death we did not cause (abort, segfault, non-zero exit) blames the
+  call that was running if only one was (the inline head or a threaded call);
+- with several running, such a death (or a memory kill) is ambiguous: it blames
+  nobody and makes each running call's script a suspect (``coordinator._core.isolation``);
+- our other kills (frozen, heartbeat lost, unreachable, closing) blame nobody.
+A blamed call fails and strikes its script; an unblamed call is re-run when safe.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING, Any
+
+from coordinator._core.calls import CallResult
+from coordinator.errors import (
+    CallFailed,
+    Cancelled,
+    CompileError,
+    LimitExceeded,
+    LoadError,
+    ScriptError,
+    ScriptTimeout,
+    WorkerCrashed,
+    WorkerLost,
+)
+from proto import Error, Result
+
+if TYPE_CHECKING:
+    from coordinator._core.calls import Attempt, Call
+    from coordinator._core.workers import Worker
+
+__all__ = [
+    "blame",
+    "death_error",
+    "described_functions",
+    "fields",
+    "from_error",
+    "from_result",
+    "lying_worker",
+    "may_rerun",
+    "running",
+    "timeout_error",
+]
+
+_EXTERNAL = (-signal.SIGKILL, -signal.SIGTERM)
+_BLAMING_KILLS = ("deadline", "memory", "protocol")
+
+
+def fields(call: Call, worker: Worker | None) -> dict[str, Any]:
+    """The structured fields every ``CallFailed`` carries."""
+    return {
+        "call_id": call.id,
+        "tenant": call.tenant,
+        "script": call.handle.name,
+        "sha": call.handle.sha256,
+        "worker_id": worker.id if worker is not None else "",
+    }
+
+
+def from_result(call: Call, worker: Worker, msg: Result) -> CallResult:
+    return CallResult(
+        msg.value, msg.wall, msg.cpu, msg.peak_rss, msg.ops, tuple(msg.output), worker.id, call.retries + 1
+    )
+
+
+def from_error(call: Call, worker: Worker, msg: Error) -> CallFailed | LoadError:
+    """Map a wire ERROR to the coordinator's tree (a load's compile error is a ``LoadError``)."""
+    if msg.cls == "CompileError" and call.op == "load":
+        return CompileError(
+            msg.message, name=call.handle.name, sha=call.handle.sha256, line=msg.line, column=msg.column
+        )
+    common = fields(call, worker) | {"cause": msg.kind or msg.cls}
+    if msg.cls == "LimitExceeded":
+        return LimitExceeded(msg.message, limit=msg.limit or "limit", rhai_class=msg.kind, **common)
+    if msg.cls == "ScriptTimeout":
+        return ScriptTimeout(msg.message, rhai_class=msg.kind, **common)
+    if msg.cls == "Cancelled":
+        return Cancelled(msg.message, **common)
+    if msg.cls == "Internal":
+        return WorkerCrashed(f"worker internal error: {msg.message}", exit_reason="internal error", **common)
+    return ScriptError(
+        msg.message,
+        rhai_class=msg.kind or msg.cls,
+        line=msg.line,
+        column=msg.column,
+        value=msg.value,
+        **common,
+    )
+
+
+def described_functions(value: Any) -> tuple[tuple[str, int], ...] | None:
+    """A load RESULT's ``{"functions": [[name, arity], ...]}`` as sorted pairs; ``None`` if malformed."""
+    rows = value.get("functions") if isinstance(value, dict) else None
+    if not isinstance(rows, list) or not all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int and r[1] >= 0
+        for r in rows
+    ):
+        return None
+    return tuple(sorted((name, arity) for name, arity in rows))
+
+
+def lying_worker(call: Call, worker: Worker, what: str) -> CallFailed:
+    """A worker answered with nonsense: it is stopped, and the call fails as if it had crashed."""
+    return WorkerCrashed(
+        f"worker {worker.id} answered wrongly ({what}) and was stopped",
+        exit_reason="protocol",
+        **fields(call, worker),
+    )
+
+
+def running(worker: Worker) -> list[Attempt]:
+    """The attempts executing on ``worker``: the inline head and every threaded one (not queued ones)."""
+    head = worker.head
+    return [a for a in worker.attempts.values() if a is head or not a.call.inline]
+
+
+def blame(worker: Worker) -> tuple[Attempt | None, list[Attempt]]:
+    """Which attempt caused this worker's death, or the suspects when that is ambiguous (docstring)."""
+    if worker.kill_reason:
+        if worker.kill_reason not in _BLAMING_KILLS:
+            return None, []
+        if worker.kill_target is not None:
+            return worker.kill_target, []
+        return None, running(worker)
+    returncode = worker.process.returncode
+    if (worker.goodbye and returncode == 0) or returncode in _EXTERNAL:  # GOODBYE then a crash: no excuse
+        return None, []
+    suspects = running(worker)
+    if len(suspects) == 1:
+        return suspects[0], []
+    return None, suspects
+
+
+def timeout_error(call: Call, worker: Worker) -> CallFailed:
+    """A threaded call we gave up on at its deadline (the worker lives on)."""
+    return ScriptTimeout(
+        f"no answer within its {call.timeout:g} s deadline; the call was cancelled", **fields(call, worker)
+    )
+
+
+def death_error(call: Call, worker: Worker, *, blamed: bool, why_not_rerun: str = "") -> CallFailed:
+    """The error of a call whose worker died: blamed → its own failure, else ``WorkerLost``."""
+    common = fields(call, worker)
+    reason = worker.exit_reason
+    if not blamed:
+        detail = f"; {why_not_rerun}" if why_not_rerun else ""
+        return WorkerLost(
+            f"worker {worker.id} was lost ({reason}){detail}", exit_reason=reason, cause=reason, **common
+        )
+    if worker.kill_reason == "deadline":
+        return ScriptTimeout(
+            f"no answer within its {call.timeout:g} s deadline; worker {worker.id} was killed",
+            cause=reason,
+            **common,
+        )
+    tail = worker.stderr_tail.decode("utf-8", "replace")
+    if worker.kill_reason == "memory" or "memory allocation" in tail or "MemoryError" in tail:
+        return LimitExceeded(
+            f"worker memory limit reached ({reason})", limit="memory", cause=reason, **common
+        )
+    return WorkerCrashed(
+        f"worker {worker.id} crashed while running it: {reason}", exit_reason=reason, cause=reason, **common
+    )
+
+
+def may_rerun(call: Call, max_retries: int) -> str:
+    """Empty if an unblamed call may be re-run elsewhere, else why not."""
+    if call.retries >= max_retries:
+        return f"already re-run {call.retries} time(s)"
+    if call.host_sent and call.handle.kind == "provider":
+        return "a host call (possible egress) was already sent"
+    if call.chunks:
+        return "chunks were already delivered"
+    return ""

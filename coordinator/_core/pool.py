@@ -1,0 +1,297 @@
+"""``Pool``: the asyncio API over supervisor, dispatcher and transport.
+
+    caller ──load/call/stream──▶ Pool ──Call──▶ Dispatcher ──CALL──▶ Router ══ipc══▶ workers
+       ▲                                          │ ▲                  │ handler
+       └──── value / CallStream / typed error ◀───┘ └──── messages ◀───┘
+                                        Supervisor (spawn, pidfd exit, watchdog, recycle)
+                                        ticker task (50 ms): deadlines of queue, liveness, memory
+
+The pool owns one TaskGroup: the ticker and every host-call task live in it, and
+``aclose`` ends them all.  The ROUTER is bound in a fresh 0700 directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+from coordinator._core import outcomes
+from coordinator._core.calls import Call, CallResult, CallStream, HostHandler, Resident
+from coordinator._core.config import PoolConfig
+from coordinator._core.dispatcher import Dispatcher
+from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
+from coordinator._core.handles import ScriptHandle, sha256_of
+from coordinator._core.supervisor import Supervisor
+from coordinator._core.transport import Router
+from coordinator._core.workers import Worker, WorkerState
+from proto import Shutdown
+
+
+__all__ = ["Pool", "PoolStatistics", "WorkerInfo"]
+
+log = logging.getLogger(__name__)
+
+_TICK = 0.05
+_MEMORY_EVERY = 10  # ticks
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A snapshot of one worker process, as the coordinator sees it."""
+
+    id: str
+    pid: int
+    state: str
+    calls: int
+    inflight: int
+    rss: int
+    sandbox: dict[str, Any]
+    probe: dict[str, Any] | None
+    running: tuple[str, ...] = ()
+    """``script:function`` of each call this worker holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatistics:
+    """Counters for tests, ``rhaipool status`` and metrics; immutable snapshot."""
+
+    workers: dict[str, int]
+    queued: int
+    inflight: int
+    calls_ok: int
+    calls_failed: int
+    retries: int
+    dropped_messages: int
+    protocol_errors: int
+    spawned: int
+    exits: int
+    exit_reasons: dict[str, int] = field(default_factory=dict)
+    quarantined: int = 0
+
+
+class Pool:
+    """Sandboxed Rhai workers behind one asyncio API.  Use as ``async with Pool(...) as pool``."""
+
+    def __init__(self, config: PoolConfig | None = None, **options: Any) -> None:
+        self.config = config if config is not None else PoolConfig(**options)
+        self._ids = itertools.count(1)
+        self._handles: dict[tuple[str, str], ScriptHandle] = {}
+        self._tasks: asyncio.TaskGroup | None = None
+        self._closed = False
+        self.endpoint = ""
+
+    async def __aenter__(self) -> Pool:
+        self._workdir = tempfile.mkdtemp(prefix="rhaipool-")  # mode 0700
+        self.endpoint = f"ipc://{self._workdir}/pool.sock"
+        self._router = Router(self.endpoint, self._on_message)
+        self._supervisor = Supervisor(self.config, self.endpoint, self._workdir, self._send_shutdown)
+        self._tasks = asyncio.TaskGroup()
+        await self._tasks.__aenter__()
+        self._dispatcher = Dispatcher(self.config, self._router, self._supervisor, self._spawn)
+        self._supervisor.events = self._dispatcher
+        self._router.start(asyncio.get_running_loop())
+        self._ticker = self._tasks.create_task(self._tick_forever())
+        self._supervisor.rebalance()
+        try:
+            await self.wait_ready(self.config.deadlines.spawn)
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        assert self._tasks is not None
+        return self._tasks.create_task(coro)
+
+    def _on_message(self, identity: bytes, message: Any) -> None:
+        self._dispatcher.on_message(identity, message)
+
+    def _send_shutdown(self, worker: Worker) -> bool:
+        return self._router.send(worker.identity, Shutdown("recycle" if not self._closed else "pool closed"))
+
+    async def _tick_forever(self) -> None:
+        for n in itertools.count():
+            await asyncio.sleep(_TICK)
+            try:
+                self._dispatcher.tick(time.monotonic())
+                if n % _MEMORY_EVERY == 0:
+                    self._supervisor.watch_memory()
+            except Exception:  # never let a bookkeeping bug kill the pool's heartbeat
+                log.exception("pool tick failed")
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until ``workers`` processes are ACTIVE; ``NoWorkerAvailable`` if they cannot start."""
+        async with asyncio.timeout(timeout):
+            while (
+                sum(w.state is WorkerState.ACTIVE for w in self._supervisor.workers.values())
+                < self.config.worker_count
+            ):
+                if self._supervisor.spawn_failing:
+                    raise NoWorkerAvailable("workers exit before READY; see the coordinator log")
+                await asyncio.sleep(0.005)
+
+    # -- the API -------------------------------------------------------------
+    async def load(
+        self,
+        source: str,
+        *,
+        name: str = "<script>",
+        kind: Literal["region", "provider"] = "region",
+        require: Sequence[tuple[str, int]] = (),
+        timeout: float | None = None,
+    ) -> ScriptHandle:
+        """Compile ``source`` in a worker and return its handle; ``CompileError``/``MissingFunction`` on failure."""
+        sha = sha256_of(source)
+        handle = self._handles.get((kind, sha))
+        if handle is None or handle.name != name:
+            probe = ScriptHandle(sha, name, kind, (), source)
+            result = await self._run(probe, "load", "", [], timeout, "<load>", None)
+            functions = outcomes.described_functions(result.value)  # the dispatcher refused anything else
+            assert functions is not None
+            handle = ScriptHandle(sha, name, kind, functions, source)
+            self._handles[(kind, sha)] = handle
+        missing = [(fn, arity) for fn, arity in require if not handle.has_function(fn, arity)]
+        if missing:
+            raise MissingFunction(missing, name=name, sha=sha)
+        return handle
+
+    async def call(
+        self,
+        handle: ScriptHandle,
+        function: str,
+        *args: Any,
+        timeout: float | None = None,
+        tenant: str = "default",
+        host: HostHandler | None = None,
+        resident: Resident | None = None,
+    ) -> Any:
+        """Run ``function(*args)`` of a loaded script; its value, or a ``CallFailed``/``PoolError``.
+
+        ``resident`` (region calls) keeps ``args[0]["entries"]`` in the worker between calls.
+        """
+        result = await self.call_detailed(
+            handle, function, *args, timeout=timeout, tenant=tenant, host=host, resident=resident
+        )
+        return result.value
+
+    async def call_detailed(
+        self,
+        handle: ScriptHandle,
+        function: str,
+        *args: Any,
+        timeout: float | None = None,
+        tenant: str = "default",
+        host: HostHandler | None = None,
+        resident: Resident | None = None,
+    ) -> CallResult:
+        """Like ``call``, with wall/CPU time, peak memory, operations and captured output."""
+        return await self._run(handle, "call", function, list(args), timeout, tenant, host, resident)
+
+    def stream(
+        self,
+        handle: ScriptHandle,
+        function: str,
+        *args: Any,
+        timeout: float | None = None,
+        tenant: str = "default",
+        host: HostHandler | None = None,
+    ) -> CallStream:
+        """Start ``function(*args, on_chunk)``; iterate the returned stream for chunks, then read ``.value``."""
+        stream = CallStream()
+        call = self._new_call(handle, "stream", function, list(args), timeout, tenant, host, stream)
+        stream.credit = lambda n: self._dispatcher.credit(call, n)
+        stream.cancel = call.future.cancel
+        call.future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
+        self._dispatcher.submit(call)
+        return stream
+
+    def _new_call(
+        self, handle: ScriptHandle, op: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
+        host: HostHandler | None, stream: CallStream | None = None,
+    ) -> Call:  # fmt: skip
+        if self._closed or self._tasks is None:
+            raise PoolClosed(
+                "the pool is closed" if self._closed else "the pool is not started (use async with)"
+            )
+        future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+        budget = self.config.deadlines.call if timeout is None else float(timeout)
+        return Call(next(self._ids), handle, op, fn, args, budget, tenant, future, host, stream)
+
+    async def _run(
+        self, handle: ScriptHandle, op: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
+        host: HostHandler | None, resident: Resident | None = None,
+    ) -> CallResult:  # fmt: skip
+        if resident is not None and (handle.kind != "region" or not args or type(args[0]) is not dict):
+            raise ValueError("resident= needs a region script and a map as first argument")
+        call = self._new_call(handle, op, fn, args, timeout, tenant, host)
+        call.resident = resident
+        self._dispatcher.submit(call)
+        try:
+            return await call.future
+        finally:
+            if not call.future.done():
+                call.future.cancel()
+
+    # -- introspection and shutdown -----------------------------------------
+    def workers(self) -> list[WorkerInfo]:
+        """Every live worker process (ACTIVE, SPARE, STARTING, DRAINING)."""
+        return [
+            WorkerInfo(
+                w.id,
+                w.pid,
+                w.state.value,
+                w.calls,
+                len(w.attempts),
+                w.rss,
+                w.sandbox,
+                w.probe,
+                tuple(f"{a.call.handle.name}:{a.call.fn}" for a in w.attempts.values()),
+            )
+            for w in self._supervisor.workers.values()
+        ]
+
+    def statistics(self) -> PoolStatistics:
+        d, s = self._dispatcher, self._supervisor
+        states: dict[str, int] = {}
+        for w in s.workers.values():
+            states[w.state.value] = states.get(w.state.value, 0) + 1
+        return PoolStatistics(
+            states, d.queued, len(d.inflight), d.ok, d.failed, d.retries, d.dropped,
+            d.protocol_errors, s.spawned, s.exits, dict(s.exit_reasons), d.quarantined,
+        )  # fmt: skip
+
+    async def aclose(self) -> None:
+        """Stop accepting, let in-flight calls finish for ``shutdown_grace``, cancel the rest, stop workers."""
+        if self._closed or self._tasks is None:
+            return
+        self._closed = True
+        self._dispatcher.closing = True
+        deadline = time.monotonic() + self.config.deadlines.shutdown_grace
+        while self._dispatcher.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self._dispatcher.close(lambda: Cancelled("the pool was closed before the call finished"))
+        await self._supervisor.aclose()
+        self._ticker.cancel()
+        tasks, self._tasks = self._tasks, None
+        with contextlib.suppress(asyncio.CancelledError):
+            await tasks.__aexit__(None, None, None)
+        self._router.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

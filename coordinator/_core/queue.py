@@ -1,0 +1,74 @@
+"""A bounded queue that is fair across tenants: round robin over per-tenant FIFOs.
+
+A tenant flooding the pool only lengthens its own FIFO; a quiet tenant's call is
+at the head of its FIFO and is offered within one round.  When the bound is
+reached, room is made by pushing out the newest call of the tenant holding the
+most (longest-queue drop): a flood costs the flooder, never a quiet tenant.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordinator._core.calls import Call
+
+__all__ = ["FairQueue"]
+
+
+class FairQueue:
+    """Per-tenant FIFOs visited in rotation; ``len`` is the total across tenants."""
+
+    def __init__(self) -> None:
+        self._tenants: OrderedDict[str, deque[Call]] = OrderedDict()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def push(self, call: Call, *, front: bool = False) -> None:
+        fifo = self._tenants.get(call.tenant)
+        if fifo is None:
+            fifo = self._tenants[call.tenant] = deque()
+        if front:
+            fifo.appendleft(call)
+            self._tenants.move_to_end(call.tenant, last=False)
+        else:
+            fifo.append(call)
+        self._size += 1
+
+    def heads(self) -> Iterator[Call]:
+        """Each tenant's oldest call, in rotation order (the next tenant to serve first)."""
+        for fifo in list(self._tenants.values()):
+            if fifo:
+                yield fifo[0]
+
+    def pop(self, call: Call) -> None:
+        """Remove ``call`` (normally a head just placed) and move its tenant to the back of the rotation."""
+        fifo = self._tenants[call.tenant]
+        if fifo and fifo[0] is call:
+            fifo.popleft()
+        else:
+            fifo.remove(call)
+        self._size -= 1
+        if fifo:
+            self._tenants.move_to_end(call.tenant)
+        else:
+            del self._tenants[call.tenant]
+
+    def push_out_for(self, tenant: str) -> Call | None:
+        """(Queue full) remove and return the newest call of the tenant holding the most calls, if that
+        tenant holds more than ``tenant`` would after its own push; else ``None`` (refuse the newcomer)."""
+        own = len(self._tenants.get(tenant, ()))
+        longest = max(self._tenants, key=lambda t: len(self._tenants[t]), default=None)
+        if longest is None or len(self._tenants[longest]) <= own + 1:
+            return None
+        fifo = self._tenants[longest]
+        self._size -= 1
+        return fifo.pop()  # the rotation order stays as it was
+
+    def clear(self) -> None:
+        self._tenants.clear()
+        self._size = 0

@@ -1,0 +1,100 @@
+"""Import rules between the packages, checked with ``ast`` (trio's enforced layering).
+
+Every import counts, including those inside functions and under ``TYPE_CHECKING``:
+a lazy import is still a dependency.
+
+    proto ◀── worker                      (the worker hosts the engine; it never sees the coordinator)
+    proto ◀── coordinator._core           (the pool: generic, knows no application)
+              ▲        ▲        ▲
+         regions   providers ──▶ egress   (applications of the pool; never each other)
+              ▲        ▲
+    coordinator._cli, coordinator.bench   (the command line and benchmarks; nothing imports them)
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COORDINATOR = ROOT / "coordinator"
+
+
+def imported_modules(path: Path) -> Iterator[str]:
+    """Every absolute module name ``path`` imports, at any depth of the file."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.level, f"{path}: relative import (use the absolute name)"
+            assert node.module is not None
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def sources(package: Path) -> list[Path]:
+    found = sorted(package.rglob("*.py"))
+    assert found, package
+    return found
+
+
+def violations(package: Path, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sources(package)
+        for name in imported_modules(path)
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    ]
+
+
+def test_proto_imports_only_stdlib_and_msgpack() -> None:
+    for path in sources(ROOT / "proto"):
+        foreign = {n.split(".")[0] for n in imported_modules(path)} - set(sys.stdlib_module_names)
+        assert foreign <= {"msgpack", "proto"}, f"{path.name} imports {foreign - {'msgpack', 'proto'}}"
+
+
+def test_worker_never_imports_coordinator() -> None:
+    assert violations(ROOT / "worker", ("coordinator",)) == []
+
+
+def test_coordinator_never_imports_worker() -> None:
+    assert violations(COORDINATOR, ("worker",)) == []
+
+
+def test_core_imports_no_application() -> None:
+    apps = ("coordinator.regions", "coordinator.providers", "coordinator.egress", "coordinator._cli",
+            "coordinator.bench")  # fmt: skip
+    assert violations(COORDINATOR / "_core", apps) == []
+
+
+@pytest.mark.parametrize(("package", "other"), [("regions", "providers"), ("providers", "regions")])
+def test_regions_and_providers_never_import_each_other(package: str, other: str) -> None:
+    assert violations(COORDINATOR / package, (f"coordinator.{other}",)) == []
+
+
+@pytest.mark.parametrize("package", ["_core", "regions", "providers", "egress"])
+def test_library_never_imports_the_command_line(package: str) -> None:
+    assert violations(COORDINATOR / package, ("coordinator._cli", "coordinator.bench")) == []
+
+
+def test_egress_knows_no_provider_or_region() -> None:
+    apps = ("coordinator.regions", "coordinator.providers", "coordinator._core")
+    assert violations(COORDINATOR / "egress", apps) == []
+
+
+def test_the_checker_sees_imports_inside_functions(tmp_path: Path) -> None:
+    module = tmp_path / "lazy.py"
+    module.write_text("def f():\n    from coordinator.regions import open_region\n")
+    assert list(imported_modules(module)) == ["coordinator.regions", "coordinator.regions.open_region"]
+
+
+def test_zmq_errors_are_caught_in_two_places_only() -> None:
+    allowed = {COORDINATOR / "_core" / "transport.py", ROOT / "worker" / "loop.py"}
+    for package in ("proto", "worker", "coordinator"):
+        for path in sources(ROOT / package):
+            if path not in allowed:
+                assert "except zmq." not in path.read_text(), path
