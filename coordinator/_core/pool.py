@@ -153,13 +153,17 @@ class Pool:
         kind: Literal["region", "provider"] = "region",
         require: Sequence[tuple[str, int]] = (),
         timeout: float | None = None,
+        tenant: str = "default",
     ) -> ScriptHandle:
-        """Compile ``source`` in a worker and return its handle; ``CompileError``/``MissingFunction`` on failure."""
+        """Compile ``source`` in a worker and return its handle; ``CompileError``/``MissingFunction`` on failure.
+
+        The compile runs as ``tenant``'s call: it is scheduled, capped and struck like the tenant's others.
+        """
         sha = sha256_of(source)
         handle = self._handles.get((kind, sha))
         if handle is None or handle.name != name:
             probe = ScriptHandle(sha, name, kind, (), source)
-            result = await self._run(probe, "load", "", [], timeout, "<load>", None)
+            result = await self._run(probe, "load", "", [], timeout, tenant, None)
             functions = outcomes.described_functions(result.value)  # the dispatcher refused anything else
             assert functions is not None
             handle = ScriptHandle(sha, name, kind, functions, source)
