@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from proto.vocabulary import Kind
+
 __all__ = ["BUDGETS"]
 
 _UNCAPPED: Final = 2**63 - 1
@@ -23,15 +25,15 @@ _COMMON: Final = {
     "max_functions": _UNCAPPED,
 }
 
-BUDGETS: Final[Mapping[str, Mapping[str, int]]] = {
-    "region": {
+BUDGETS: Final[Mapping[Kind, Mapping[str, int]]] = {
+    Kind.REGION: {
         "max_operations": 100_000,
         "max_string_size": 1_000_000,
         "max_array_size": 10_000,
         "max_map_size": 10_000,
         **_COMMON,
     },
-    "provider": {
+    Kind.PROVIDER: {
         "max_operations": 500_000,
         "max_string_size": 2_000_000,
         "max_array_size": 50_000,

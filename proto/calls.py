@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Final
 from proto import schema as s
 from proto.commands import Command
 from proto.errors import MalformedMessage
+from proto.vocabulary import ErrorClass, Kind, Op
 
 __all__ = [
     "ERROR_CLASSES",
@@ -30,31 +31,23 @@ __all__ = [
     "check_resident",
 ]
 
-KINDS: Final = frozenset({"region", "provider"})
-OPS: Final = frozenset({"load", "call", "stream"})
-ERROR_CLASSES: Final = frozenset(
-    {
-        "CompileError",  # load: the source does not compile (line, column set)
-        "ScriptError",  # runtime error or throw (value set for throw)
-        "LimitExceeded",  # operations, data size, call depth (limit set)
-        "ScriptTimeout",  # the in-engine wall-clock deadline passed
-        "Cancelled",  # the call was cancelled by CANCEL or SHUTDOWN
-        "ScriptMissing",  # CALL without source for a script this worker does not hold
-        "ResidentMissing",  # CALL with a resident delta whose base this worker does not hold
-        "InvalidValue",  # an argument or the return value has no wire form
-        "Internal",  # a bug in the worker; the coordinator treats it as a crash
-    }
-)
+KINDS: Final = frozenset(Kind)
+OPS: Final = frozenset(Op)
+ERROR_CLASSES: Final = frozenset(ErrorClass)
+"""The enums as sets (members hash as their strings, so ``"load" in OPS`` holds)."""
+_OP_OF: Final = {str(m): m for m in Op}
+_KIND_OF: Final = {str(m): m for m in Kind}
+_ERROR_CLASS_OF: Final = {str(m): m for m in ErrorClass}
 MAX_RESIDENT_KEY: Final = 128
 _HEX: Final = frozenset("0123456789abcdef")
 
 
-def check_resident(body: Mapping[str, Any], op: str, kind: str, args: list[Any]) -> dict[str, Any] | None:
+def check_resident(body: Mapping[str, Any], op: Op, kind: Kind, args: list[Any]) -> dict[str, Any] | None:
     """The CALL's optional ``resident`` map, checked: the worker may trust every field it reads."""
     resident = s.opt_dict(body, "resident")
     if resident is None:
         return None
-    if op != "call" or kind != "region" or not args or type(args[0]) is not dict:
+    if op != Op.CALL or kind != Kind.REGION or not args or type(args[0]) is not dict:
         raise MalformedMessage("field 'resident' needs op=call, kind=region and a map as first argument")
     key = s.req_str(resident, "key")
     if not 16 <= len(key) <= MAX_RESIDENT_KEY:
@@ -80,8 +73,8 @@ class Call:
 
     COMMAND: ClassVar[Command] = Command.CALL
     id: int
-    op: str
-    kind: str
+    op: Op
+    kind: Kind
     sha: str
     fn: str
     args: list[Any]
@@ -96,8 +89,8 @@ class Call:
     def to_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": self.id,
-            "op": self.op,
-            "kind": self.kind,
+            "op": str(self.op),  # the plain string: the receiving schema checks exact types
+            "kind": str(self.kind),
             "sha": self.sha,
             "fn": self.fn,
             "args": self.args,
@@ -113,9 +106,10 @@ class Call:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Call:
-        op, kind, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
-        if op not in OPS or kind not in KINDS:
-            raise MalformedMessage(f"unknown op {op!r} or kind {kind!r}")
+        op_name, kind_name, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
+        op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
+        if op is None or kind is None:
+            raise MalformedMessage(f"unknown op {op_name!r} or kind {kind_name!r}")
         if len(sha) != 64 or not _HEX.issuperset(sha):
             raise MalformedMessage("field 'sha' must be 64 lowercase hex digits")
         timeout = s.opt_float(body, "timeout")
@@ -168,11 +162,11 @@ class Result:
 
 @dataclass(frozen=True, slots=True)
 class Error:
-    """W→C: the call failed; ``cls`` is one of ``ERROR_CLASSES``, ``kind`` the Rhai class name."""
+    """W→C: the call failed; ``cls`` says why, ``kind`` is the Rhai class name."""
 
     COMMAND: ClassVar[Command] = Command.ERROR
     id: int
-    cls: str
+    cls: ErrorClass
     message: str
     kind: str = ""
     line: int | None = None
@@ -183,20 +177,21 @@ class Error:
     def to_body(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "cls": self.cls,
+            "cls": str(self.cls),
             "message": self.message,
             "kind": self.kind,
             "line": self.line,
             "column": self.column,
             "value": self.value,
-            "limit": self.limit,
+            "limit": None if self.limit is None else str(self.limit),
         }
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Error:
-        error_cls = s.req_str(body, "cls")
-        if error_cls not in ERROR_CLASSES:
-            raise MalformedMessage(f"unknown error class {error_cls!r}")
+        cls_name = s.req_str(body, "cls")
+        error_cls = _ERROR_CLASS_OF.get(cls_name)
+        if error_cls is None:
+            raise MalformedMessage(f"unknown error class {cls_name!r}")
         return cls(
             s.req_id(body), error_cls, s.req_str(body, "message"), s.req_str(body, "kind"),
             s.opt_int(body, "line"), s.opt_int(body, "column"), s.any_value(body, "value"), s.opt_str(body, "limit"),

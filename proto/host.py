@@ -15,17 +15,60 @@ from typing import Any, ClassVar, Final
 from proto import schema as s
 from proto.commands import Command
 from proto.errors import MalformedMessage
+from proto.vocabulary import Kind
 
-__all__ = ["BROKERED", "STREAMING_HOST_CALLS", "HostCall", "HostChunk", "HostReply"]
+__all__ = [
+    "BROKERED",
+    "BROKERED_FUNCTIONS",
+    "STREAMING_HOST_CALLS",
+    "HostCall",
+    "HostChunk",
+    "HostFunction",
+    "HostReply",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HostFunction:
+    """One brokered host function: its Rhai signatures as the reference registers them (SPEC §3.14).
+
+    The worker registers exactly ``signatures`` (a call with other types is Rhai's catchable "function
+    not found" and never becomes a HOST_CALL); the coordinator checks a HOST_CALL's arguments against
+    ``wire_signatures``, and its arity against ``arities``. A ``streaming`` function's last parameter
+    (the callback) stays in the worker and its reply is preceded by HOST_CHUNK payloads.
+    """
+
+    name: str
+    signatures: tuple[tuple[str, ...], ...]
+    streaming: bool = False
+
+    @property
+    def arities(self) -> tuple[int, ...]:
+        """The arities a script may call it with (callback included)."""
+        return tuple(sorted({len(types) for types in self.signatures}))
+
+    @property
+    def wire_signatures(self) -> tuple[tuple[str, ...], ...]:
+        """The Rhai types of the arguments a HOST_CALL carries (the callback dropped)."""
+        return tuple(types[:-1] if self.streaming else types for types in self.signatures)
+
+
+BROKERED_FUNCTIONS: Final[Mapping[Kind, Mapping[str, HostFunction]]] = {
+    Kind.REGION: {},
+    Kind.PROVIDER: {
+        f.name: f
+        for f in (
+            HostFunction("http_get", (("string",), ("string", "map"))),
+            HostFunction("http_post", (("string", "string"), ("string", "string", "map"))),
+            HostFunction("stream_request", (("string", "string", "map", "fnptr"),), streaming=True),
+            HostFunction("env_var", (("string",),)),
+        )
+    },
+}
+"""Per script kind: the brokered host functions, the one table every other list derives from."""
 
 BROKERED: Final[Mapping[str, Mapping[str, tuple[int, ...]]]] = {
-    "region": {},
-    "provider": {
-        "http_get": (1, 2),
-        "http_post": (2, 3),
-        "stream_request": (4,),
-        "env_var": (1,),
-    },
+    kind: {name: f.arities for name, f in table.items()} for kind, table in BROKERED_FUNCTIONS.items()
 }
 """Per script kind: brokered host function name -> the arities the script may call it with.
 
@@ -33,7 +76,9 @@ For ``stream_request`` the last script argument (the callback) stays in the work
 the HOST_CALL carries the first three.
 """
 
-STREAMING_HOST_CALLS: Final = frozenset({"stream_request"})
+STREAMING_HOST_CALLS: Final = frozenset(
+    name for table in BROKERED_FUNCTIONS.values() for name, f in table.items() if f.streaming
+)
 """Brokered names whose reply is preceded by HOST_CHUNK payloads."""
 
 
@@ -46,7 +91,7 @@ def _hid(body: Mapping[str, Any]) -> int:
 
 
 def _check_name(name: str) -> str:
-    if name not in BROKERED["provider"]:
+    if name not in BROKERED_FUNCTIONS[Kind.PROVIDER]:
         raise MalformedMessage(f"{name!r} is not a brokered host function")
     return name
 

@@ -15,7 +15,10 @@ from typing import Any, Final
 import rhai
 
 from proto.budgets import BUDGETS
-from worker.functions import BROKERED_SIGNATURES, HELPERS
+from proto.errors import RhaipoolError
+from proto.host import BROKERED_FUNCTIONS
+from proto.vocabulary import ErrorClass, Kind, Limit
+from worker.functions import HELPERS
 
 __all__ = [
     "BUDGETS",
@@ -25,6 +28,7 @@ __all__ = [
     "Engines",
     "Outcome",
     "ScriptFailure",
+    "WorkerError",
     "translate",
 ]
 
@@ -32,20 +36,24 @@ __all__ = [
 OUTPUT_LIMIT: Final = 65_536
 
 
-class CallAborted(Exception):
+class WorkerError(RhaipoolError):
+    """Raised inside a worker: a call ends, never the worker (under the one root so the tree is one tree)."""
+
+
+class CallAborted(WorkerError):
     """Raised by a host function when its call was cancelled; ends the script as ``Cancelled``."""
 
 
-class DeadlineReached(Exception):
+class DeadlineReached(WorkerError):
     """Raised by a host function whose wait outlived the call's deadline; ends the script as ``ScriptTimeout``."""
 
 
-class ScriptFailure(Exception):
+class ScriptFailure(WorkerError):
     """A failed compile or call, already in the shape of a wire ERROR message."""
 
     def __init__(
         self,
-        cls: str,
+        cls: ErrorClass,
         message: str,
         *,
         kind: str = "",
@@ -80,9 +88,9 @@ class Outcome:
 
 
 _LIMIT_NAMES: Final = (
-    (rhai.TooManyOperations, "operations"),
-    (rhai.DataTooLarge, "data_size"),
-    (rhai.CallDepthExceeded, "call_depth"),
+    (rhai.TooManyOperations, Limit.OPERATIONS),
+    (rhai.DataTooLarge, Limit.DATA_SIZE),
+    (rhai.CallDepthExceeded, Limit.CALL_DEPTH),
 )
 
 
@@ -91,30 +99,39 @@ def translate(exc: BaseException) -> ScriptFailure:
     if isinstance(exc, rhai.RhaiError):
         kind, line, column = type(exc).__name__, exc.line, exc.column
         if isinstance(exc, rhai.CompileError):
-            return ScriptFailure("CompileError", exc.message, kind=kind, line=line, column=column)
+            return ScriptFailure(ErrorClass.COMPILE_ERROR, exc.message, kind=kind, line=line, column=column)
         if isinstance(exc, rhai.ScriptThrow):
             return ScriptFailure(
-                "ScriptError", exc.message, kind=kind, line=line, column=column, value=exc.value
+                ErrorClass.SCRIPT_ERROR, exc.message, kind=kind, line=line, column=column, value=exc.value
             )
         if isinstance(exc, rhai.DeadlineExceeded):
             return ScriptFailure(
-                "ScriptTimeout", exc.message, kind=kind, line=line, column=column, limit="deadline"
+                ErrorClass.SCRIPT_TIMEOUT,
+                exc.message,
+                kind=kind,
+                line=line,
+                column=column,
+                limit=Limit.DEADLINE,
             )
         if isinstance(exc, rhai.LimitExceeded):
-            limit = next((name for cls, name in _LIMIT_NAMES if isinstance(exc, cls)), "limit")
+            limit = next((name for cls, name in _LIMIT_NAMES if isinstance(exc, cls)), Limit.OTHER)
             return ScriptFailure(
-                "LimitExceeded", exc.message, kind=kind, line=line, column=column, limit=limit
+                ErrorClass.LIMIT_EXCEEDED, exc.message, kind=kind, line=line, column=column, limit=limit
             )
         if isinstance(exc, rhai.Cancelled):
-            return ScriptFailure("Cancelled", exc.message, kind=kind, line=line, column=column)
-        return ScriptFailure("ScriptError", exc.message, kind=kind, line=line, column=column)
+            return ScriptFailure(ErrorClass.CANCELLED, exc.message, kind=kind, line=line, column=column)
+        return ScriptFailure(ErrorClass.SCRIPT_ERROR, exc.message, kind=kind, line=line, column=column)
     if isinstance(exc, DeadlineReached):
-        return ScriptFailure("ScriptTimeout", str(exc), kind="DeadlineExceeded", limit="deadline")
+        return ScriptFailure(
+            ErrorClass.SCRIPT_TIMEOUT, str(exc), kind="DeadlineExceeded", limit=Limit.DEADLINE
+        )
     if isinstance(exc, CallAborted):
-        return ScriptFailure("Cancelled", str(exc) or "call cancelled", kind="Cancelled")
+        return ScriptFailure(ErrorClass.CANCELLED, str(exc) or "call cancelled", kind="Cancelled")
     if isinstance(exc, (TypeError, ValueError, OverflowError)):
-        return ScriptFailure("InvalidValue", f"{type(exc).__name__}: {exc}", kind=type(exc).__name__)
-    return ScriptFailure("Internal", f"{type(exc).__name__}: {exc}", kind=type(exc).__name__)
+        return ScriptFailure(
+            ErrorClass.INVALID_VALUE, f"{type(exc).__name__}: {exc}", kind=type(exc).__name__
+        )
+    return ScriptFailure(ErrorClass.INTERNAL, f"{type(exc).__name__}: {exc}", kind=type(exc).__name__)
 
 
 class Engines:
@@ -122,30 +139,30 @@ class Engines:
 
     def __init__(
         self,
-        host_functions: Mapping[str, Mapping[str, Callable[..., Any]]],
-        waits: Mapping[str, Sequence[tuple[str, Callable[..., Any], tuple[str, ...]]]] | None = None,
+        host_functions: Mapping[Kind, Mapping[str, Callable[..., Any]]],
+        waits: Mapping[Kind, Sequence[tuple[str, Callable[..., Any], tuple[str, ...]]]] | None = None,
     ) -> None:
         """``waits``: typed overrides (name, function, parameter types) of standard functions that wait."""
-        self._engines: dict[str, rhai.Engine] = {}
+        self._engines: dict[Kind, rhai.Engine] = {}
         for kind, budget in BUDGETS.items():
             # The reference passes hook arguments unchecked; only what scripts build is size-checked.
             engine = rhai.Engine(
                 **budget,
                 output_limit=OUTPUT_LIMIT,
-                json_functions=kind != "region",
+                json_functions=kind != Kind.REGION,
                 check_argument_sizes=False,
             )
             for name, (fn, types) in HELPERS[kind].items():
                 engine.register_fn(name, fn, types=list(types) if types else None)
             for name, fn in host_functions.get(kind, {}).items():
                 # Typed as in the reference: wrong types fail here, not after a round trip (§3.14).
-                for types in BROKERED_SIGNATURES.get(name, (None,)):
-                    engine.register_fn(name, fn, types=list(types) if types else None)
+                for types in BROKERED_FUNCTIONS[kind][name].signatures:
+                    engine.register_fn(name, fn, types=list(types))
             for name, fn, types in (waits or {}).get(kind, ()):
                 engine.register_fn(name, fn, types=list(types))
             self._engines[kind] = engine
 
-    def compile(self, kind: str, source: str, name: str) -> Compiled:
+    def compile(self, kind: Kind, source: str, name: str) -> Compiled:
         """Compile in this process (the parser is untrusted surface too)."""
         try:
             script = self._engines[kind].compile(source, name=name)

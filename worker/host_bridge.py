@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import rhai
 
-from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Message, ProtocolError, encode
+from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Kind, Message, ProtocolError, encode
 from worker.engine import CallAborted, DeadlineReached
 
 __all__ = ["HOST_FUNCTIONS", "WAITS", "CallChannel", "Outbox", "bound_to"]
@@ -207,16 +207,16 @@ def env_var(name: Any) -> Any:
     return _channel().host_call("env_var", [name])
 
 
-HOST_FUNCTIONS: Final[dict[str, dict[str, Callable[..., Any]]]] = {
-    "region": {},
-    "provider": {
+HOST_FUNCTIONS: Final[dict[Kind, dict[str, Callable[..., Any]]]] = {
+    Kind.REGION: {},
+    Kind.PROVIDER: {
         "http_get": http_get,
         "http_post": http_post,
         "stream_request": stream_request,
         "env_var": env_var,
     },
 }
-"""Worker-side implementations of ``proto.host.BROKERED`` (a test keeps names and arities equal)."""
+"""Worker-side implementations of ``proto.host.BROKERED_FUNCTIONS`` (a test keeps names and arities equal)."""
 
 
 def sleep(seconds: float) -> None:
@@ -228,8 +228,8 @@ def sleep(seconds: float) -> None:
         time.sleep(min(seconds, 1e9) if remaining is None else max(min(seconds, remaining), 0.0))
 
 
-WAITS: Final[dict[str, list[tuple[str, Callable[..., Any], tuple[str, ...]]]]] = {
-    "region": [],
-    "provider": [("sleep", sleep, ("int",)), ("sleep", sleep, ("float",))],
+WAITS: Final[dict[Kind, list[tuple[str, Callable[..., Any], tuple[str, ...]]]]] = {
+    Kind.REGION: [],
+    Kind.PROVIDER: [("sleep", sleep, ("int",)), ("sleep", sleep, ("float",))],
 }
 """Typed overrides of standard functions that wait: they wait through the call's channel."""

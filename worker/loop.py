@@ -43,11 +43,14 @@ from proto import (
     Cancel,
     Credit,
     Error,
+    ErrorClass,
     Goodbye,
     Heartbeat,
     HostChunk,
     HostReply,
+    Kind,
     Message,
+    Op,
     ProtocolError,
     Ready,
     Result,
@@ -307,16 +310,16 @@ class WorkerLoop:
 
     def _on_call(self, call: Call) -> None:
         if self._stopping:
-            self._send(Error(call.id, "Cancelled", "worker is shutting down", "Cancelled"))
+            self._send(Error(call.id, ErrorClass.CANCELLED, "worker is shutting down", "Cancelled"))
             return
         compiled = self._script_for(call)
         if compiled is None:
             return
-        if call.op == "load":
+        if call.op == Op.LOAD:
             self._send(
                 Result(call.id, {"functions": [list(f) for f in compiled.functions]}, peak_rss=_peak_rss())
             )
-        elif call.kind == "region" and call.op == "call":
+        elif call.kind == Kind.REGION and call.op == Op.CALL:
             self._send_outcome(call.id, self._execute(call, compiled, None))
         elif self._inline is None:  # the loop thread is free: no thread hand-off on any of its messages
             channel = self._inline = CallChannel(call.id, self._outbox, call.window, self._serve_until)
@@ -336,10 +339,12 @@ class WorkerLoop:
         if compiled is not None:
             return compiled
         if call.source is None:
-            self._send(Error(call.id, "ScriptMissing", f"script {call.sha[:12]} is not cached here"))
+            self._send(
+                Error(call.id, ErrorClass.SCRIPT_MISSING, f"script {call.sha[:12]} is not cached here")
+            )
             return None
         if hashlib.sha256(call.source.encode("utf-8", "surrogatepass")).hexdigest() != call.sha:
-            self._send(Error(call.id, "Internal", "source does not match its sha256"))
+            self._send(Error(call.id, ErrorClass.INTERNAL, "source does not match its sha256"))
             return None
         try:
             compiled = self._engines.compile(call.kind, call.source, call.name)
@@ -352,7 +357,7 @@ class WorkerLoop:
     def _execute(self, call: Call, compiled: Compiled, channel: CallChannel | None) -> Message:
         assert self._engines is not None
         args = list(call.args)
-        if call.op == "stream" and channel is not None:
+        if call.op == Op.STREAM and channel is not None:
             args.append(channel.emit)
         try:
             if call.resident is not None:  # region entries kept here between calls (worker/resident.py)
@@ -372,7 +377,7 @@ class WorkerLoop:
             frames = encode(message)
         except ProtocolError as exc:
             frames = encode(
-                Error(call_id, "InvalidValue", f"the return value cannot leave the sandbox: {exc}")
+                Error(call_id, ErrorClass.INVALID_VALUE, f"the return value cannot leave the sandbox: {exc}")
             )
         self._send_frames(frames)
 
@@ -384,9 +389,11 @@ class WorkerLoop:
                 self._outbox.put(message)
             except ProtocolError as exc:
                 self._outbox.put(
-                    Error(call.id, "InvalidValue", f"the return value cannot leave the sandbox: {exc}")
+                    Error(
+                        call.id, ErrorClass.INVALID_VALUE, f"the return value cannot leave the sandbox: {exc}"
+                    )
                 )
         except BaseException as exc:
-            self._outbox.put(Error(call.id, "Internal", f"{type(exc).__name__}: {exc}"))
+            self._outbox.put(Error(call.id, ErrorClass.INTERNAL, f"{type(exc).__name__}: {exc}"))
         finally:
             self._channels.pop(call.id, None)

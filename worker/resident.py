@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import msgpack
 
+from proto.vocabulary import ErrorClass
 from worker.engine import ScriptFailure
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_KEYS", "ResidentStore"]
@@ -69,7 +70,9 @@ class ResidentStore:
             sizes = self._sizes(entries)
             held = _Held(resident["version"], entries, sizes, sum(sizes))
         elif held is None or held.version != base or not self._apply(held, resident):
-            raise ScriptFailure("ResidentMissing", f"resident entries at version {base} are not held here")
+            raise ScriptFailure(
+                ErrorClass.RESIDENT_MISSING, f"resident entries at version {base} are not held here"
+            )
         held.version = resident["version"]
         if held.total <= self.max_bytes:
             self._keep(slot, held)

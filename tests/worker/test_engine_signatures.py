@@ -10,9 +10,8 @@ import pytest
 from pool_support import run as run_async
 
 from coordinator._core.pool import Pool
-from proto import BROKERED
+from proto import BROKERED, BROKERED_FUNCTIONS
 from worker.engine import Engines, ScriptFailure
-from worker.functions.provider import BROKERED_SIGNATURES
 from worker.host_bridge import HOST_FUNCTIONS, WAITS
 
 
@@ -114,7 +113,7 @@ def test_host_function_with_the_reference_types_reaches_the_channel(engines: Eng
 def test_brokered_signatures_cover_the_brokered_table() -> None:
     for kind, table in BROKERED.items():
         for name, arities in table.items():
-            assert {len(s) for s in BROKERED_SIGNATURES[name]} == set(arities), (kind, name)
+            assert {len(s) for s in BROKERED_FUNCTIONS[kind][name].signatures} == set(arities), (kind, name)
 
 
 class _Recorder:

