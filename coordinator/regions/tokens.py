@@ -12,13 +12,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from coordinator.regions.model import Message, SystemBlock
+from proto.tokens import quarter_bytes
 
 __all__ = ["compact_json", "estimate_tokens", "render_cost"]
 
 
-def estimate_tokens(text: str) -> int:
-    """``ceil(len(text.encode()) / 4)``: ``""`` is 0, ``"abc"`` 1, ``"abcde"`` 2."""
-    return (len(text.encode("utf-8", "surrogatepass")) + 3) // 4
+estimate_tokens = quarter_bytes
+"""``ceil(len(text.encode()) / 4)``: ``""`` is 0, ``"abc"`` 1, ``"abcde"`` 2 (``proto.tokens``, the same
+arithmetic as the worker's ``count_tokens`` helper)."""
 
 
 def compact_json(value: Any) -> str:

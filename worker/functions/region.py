@@ -17,6 +17,9 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final
 
+from proto.tokens import quarter_bytes
+from proto.vocabulary import rhai_type_name
+
 __all__ = ["FUNCTIONS", "SIGNATURES", "rhai_to_string"]
 
 _WHITESPACE: Final = (
@@ -41,24 +44,7 @@ _JSON_MAX_DEPTH: Final = 127
 """serde_json refuses the 128th nested array/object ("recursion limit exceeded")."""
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "()"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "i64"
-    if isinstance(value, float):
-        return "f64"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bytes | bytearray):
-        return "blob"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "map"
-    return type(value).__name__
+_type_name = rhai_type_name
 
 
 def _check(name: str, args: tuple[Any, ...], *types: str) -> None:
@@ -198,7 +184,7 @@ def join(*args: Any) -> str:
 def count_tokens(*args: Any) -> int:
     """``count_tokens(text)`` = ``ceil(utf8_bytes / 4)``."""
     _check("count_tokens", args, "string")
-    return (len(args[0].encode("utf-8", "surrogatepass")) + 3) // 4
+    return quarter_bytes(args[0])
 
 
 def is_json(*args: Any) -> bool:
