@@ -19,6 +19,7 @@ from coordinator import __version__
 from coordinator.bench.pool import bench as pool_bench
 from coordinator._cli import providers as provider_cli
 from coordinator._cli import regions as region_cli
+from coordinator._cli import serve as serve_cli
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -46,6 +47,8 @@ def validate(path: Path, kind: str, as_json: bool) -> None:
 
 main.add_command(region_cli.test_command)
 for command in provider_cli.COMMANDS:
+    main.add_command(command)
+for command in serve_cli.COMMANDS:
     main.add_command(command)
 
 

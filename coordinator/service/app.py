@@ -1,0 +1,86 @@
+"""The ASGI application of ``rhaipool serve``: routes, error mapping, the gate, the lifespan.
+
+    uvicorn ──▶ Gate (drain, in-flight, metrics) ──▶ Starlette router ──▶ routes_* ──▶ Service
+
+Every failure a client can cause is a 4xx with a one-line ``{"error": ...}``; pool backpressure is a
+retryable 503 with ``Retry-After``; nothing a request body contains can produce a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from coordinator.errors import Overloaded, PoolClosed
+from coordinator.errors import Quarantined
+from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
+from coordinator.service.gate import Gate
+from coordinator.service.http import HTTPError
+from coordinator.service.metrics import Metrics
+from coordinator.service.state import Service
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("rhaipool.service")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPError)
+    return exc.response()
+
+
+async def _starlette_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    message = {404: "no such endpoint", 405: "method not allowed"}.get(exc.status_code, str(exc.detail))
+    return JSONResponse({"error": message}, exc.status_code, headers=exc.headers)
+
+
+async def _busy(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, 503, headers={"Retry-After": "1"})
+
+
+async def _quarantined(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": f"Quarantined: {exc}"}, 429, headers={"Retry-After": "30"})
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error answering %s %s", request.method, request.url.path)
+    return JSONResponse({"error": "internal error"}, 500)
+
+
+def create_app(service: Service) -> Any:
+    """The ASGI app (a :class:`Gate` around the router); the service starts and stops with its lifespan."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    router = Starlette(
+        routes=[*routes_ops.ROUTES, *routes_scripts.ROUTES, *routes_regions.ROUTES, *routes_providers.ROUTES],
+        exception_handlers={
+            HTTPError: _http_error,
+            HTTPException: _starlette_error,
+            Overloaded: _busy,
+            PoolClosed: _busy,
+            Quarantined: _quarantined,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )
+    metrics = Metrics(service)
+    gate = Gate(router, metrics)
+    router.state.service = service
+    router.state.metrics = metrics
+    router.state.gate = gate
+    return gate

@@ -1,0 +1,119 @@
+"""The service's front door (pure ASGI middleware): in-flight accounting, draining, metrics per call.
+
+While draining (after SIGTERM) a new call is refused at once with a retryable ``503`` and
+``Retry-After``; calls already in flight may finish until the grace period ends, then the stragglers
+are cancelled and answered ``503`` the same way (unless their reply had already begun). Health,
+readiness and metrics stay reachable throughout, so an orchestrator sees the drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from coordinator.service.metrics import Metrics
+
+__all__ = ["EXEMPT", "Gate"]
+
+EXEMPT: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+_REFUSAL: Final = json.dumps({"error": "the service is shutting down; retry on another instance"}).encode()
+
+
+class Gate:
+    """Counts and, when told to drain, refuses and finally cuts the calls passing through it."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.draining = False
+        self.answered = 0
+        self._active: dict[asyncio.Task[Any], list[bool]] = {}
+        self._cut: set[asyncio.Task[Any]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def inflight(self) -> int:
+        """Calls between request and reply right now."""
+        return len(self._active)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in EXEMPT:
+            await self.app(scope, receive, send)
+            return
+        if self.draining:
+            await _refuse(send)
+            return
+        await self._track(scope, receive, send)
+
+    async def _track(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        started = [False]
+        status = [500]
+        facts: dict[str, Any] = scope.setdefault("state", {})
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started[0] = True
+                status[0] = message["status"]
+            await send(message)
+
+        self._active[task] = started
+        self._idle.clear()
+        begun = time.perf_counter()
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if task not in self._cut:
+                raise
+            task.uncancel()
+            if not started[0]:
+                status[0] = 503
+                await _refuse(send)
+        finally:
+            self._active.pop(task, None)
+            self._cut.discard(task)
+            if not self._active:
+                self._idle.set()
+            tenant = str(facts.get("tenant", ""))
+            if tenant:
+                self.metrics.inflight.labels(tenant).dec()
+            endpoint = scope.get("endpoint")
+            kind = getattr(endpoint, "__name__", "unknown") if endpoint is not None else "not_found"
+            self.metrics.observe(kind, tenant, status[0], time.perf_counter() - begun)
+            self.answered += 1
+
+    async def drain(self, grace: float) -> int:
+        """Refuse new calls, wait up to ``grace`` for the rest, then cut them; how many were cut."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace)
+            return 0
+        except TimeoutError:
+            stragglers = list(self._active)  # a stream already begun is ended where it is
+            for task in stragglers:
+                self._cut.add(task)
+                task.cancel()
+            await asyncio.sleep(0)
+            return len(stragglers)
+
+
+async def _refuse(send: Send) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"retry-after", b"1"),
+                (b"connection", b"close"),
+                (b"content-length", str(len(_REFUSAL)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": _REFUSAL})

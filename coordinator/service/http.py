@@ -1,0 +1,129 @@
+"""Small HTTP helpers every route uses: JSON errors, bounded JSON bodies, the caller's tenant.
+
+Errors are ``{"error": "one line"}`` (the reference's scripts API shape) with a 4xx/5xx status; a route
+raises :class:`HTTPError` and the app turns it into that response, so no handler builds one by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from coordinator.service.auth import ADMIN
+from coordinator.service.state import Service
+
+__all__ = ["HTTPError", "field", "json_body", "reply", "require_admin", "require_any", "require_tenant", "service_of"]
+
+
+class HTTPError(Exception):
+    """A response to send instead of the route's result."""
+
+    def __init__(self, status: int, error: Any, headers: dict[str, str] | None = None) -> None:
+        super().__init__(error)
+        self.status, self.error, self.headers = status, error, headers
+
+    def response(self) -> Response:
+        """The JSON response."""
+        return JSONResponse({"error": self.error}, self.status, headers=self.headers)
+
+
+def reply(body: Any, status: int = 200) -> Response:
+    """A JSON response (non-ASCII kept as is)."""
+    return Response(
+        json.dumps(body, ensure_ascii=False, allow_nan=False), status, media_type="application/json"
+    )
+
+
+def service_of(request: Request) -> Service:
+    """The running service."""
+    service: Service = request.app.state.service
+    return service
+
+
+def _identify(request: Request) -> str | object | None:
+    service = service_of(request)
+    service.maybe_reload()
+    return service.tokens.identify(request.headers.get("authorization"))
+
+
+def _unauthorized() -> HTTPError:
+    return HTTPError(401, "unauthorized", {"WWW-Authenticate": "Bearer"})
+
+
+def require_tenant(request: Request) -> str:
+    """The tenant the bearer token belongs to; 401 (no detail) for anything else, the admin token too."""
+    who = _identify(request)
+    if not isinstance(who, str):
+        raise _unauthorized()
+    _note_tenant(request, who)
+    return who
+
+
+def _note_tenant(request: Request, tenant: str) -> None:
+    """Tell the gate whose call this is (metrics by tenant); counted in flight from here on."""
+    facts = request.scope.setdefault("state", {})
+    if "tenant" not in facts:
+        facts["tenant"] = tenant
+        metrics = getattr(request.app.state, "metrics", None)
+        if metrics is not None:
+            metrics.inflight.labels(tenant).inc()
+
+
+def require_admin(request: Request) -> None:
+    """401 unless the admin token was presented."""
+    if _identify(request) is not ADMIN:
+        raise _unauthorized()
+
+
+def require_any(request: Request) -> str | None:
+    """The tenant, or None for the admin token; 401 otherwise."""
+    who = _identify(request)
+    if who is ADMIN:
+        return None
+    if isinstance(who, str):
+        _note_tenant(request, who)
+        return who
+    raise _unauthorized()
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object, read under the size limit; 413/400/415 with a one-line reason."""
+    limit = service_of(request).config.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise HTTPError(413, f"request body larger than {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPError(413, f"request body larger than {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        raise HTTPError(400, "request body is empty: expected a JSON object")
+    try:
+        body = json.loads(raw)
+    except UnicodeDecodeError:
+        raise HTTPError(400, "request body is not UTF-8") from None
+    except ValueError as exc:
+        raise HTTPError(400, f"request body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise HTTPError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    """``body[key]`` checked against ``kind``; 400 naming the field when missing or of another type."""
+    if key not in body or body[key] is None:
+        if default is ...:
+            raise HTTPError(400, f"missing field '{key}'")
+        return default
+    value = body[key]
+    bad_bool = isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))
+    if not isinstance(value, kind) or bad_bool:
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise HTTPError(400, f"field '{key}' must be {names}")
+    return value
