@@ -78,7 +78,9 @@ def corpus() -> list[Hostile]:
             key, _, value = line[3:].partition(":")
             header[key.strip()] = value.strip()
         expect = tuple(header["expect"].split("|"))
-        scripts.append(Hostile(path, header["category"], header["attack"], expect, header["kind"], header["call"]))
+        scripts.append(
+            Hostile(path, header["category"], header["attack"], expect, header["kind"], header["call"])
+        )
     return scripts
 
 

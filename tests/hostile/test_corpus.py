@@ -70,7 +70,9 @@ def check_outcome(hostile: Hostile, outcome: Any) -> None:
     if isinstance(outcome, BaseException):
         assert isinstance(outcome, RhaipoolError), f"untyped failure: {outcome!r}"
         allowed = [getattr(errors, name, None) or ProviderError for name in hostile.expect if name != "value"]
-        assert isinstance(outcome, tuple(allowed)), f"{type(outcome).__name__}: {outcome} (expected {hostile.expect})"
+        assert isinstance(outcome, tuple(allowed)), (
+            f"{type(outcome).__name__}: {outcome} (expected {hostile.expect})"
+        )
         return
     assert "value" in hostile.expect, f"expected {hostile.expect}, got the value {str(outcome)[:200]!r}"
     text = str(outcome)
@@ -103,7 +105,7 @@ def test_attack_fails_only_itself(arena: Arena, hostile: Hostile) -> None:
             await asyncio.sleep(0.002)
         try:
             outcome: Any = await task
-        except Exception as exc:  # judged below: typed, and the one the header names
+        except Exception as exc:  # noqa: BLE001 - judged below: typed, and the one the header names
             outcome = exc
         check_outcome(hostile, outcome)
         await healthy(arena)
