@@ -23,9 +23,11 @@ if TYPE_CHECKING:
     from coordinator._core.handles import ScriptHandle
     from coordinator._core.pool import Pool
 
-__all__ = ["KIND", "PoolExecutor", "StreamEnd", "translate"]
+__all__ = ["DEFAULT_TENANT", "KIND", "PoolExecutor", "StreamEnd", "translate"]
 
 KIND: Final = "provider"
+#: The tenant of single-user library use: every entry point defaults to it.
+DEFAULT_TENANT: Final = "default"
 
 
 class StreamEnd:
@@ -68,25 +70,39 @@ class PoolExecutor:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
-    async def load(self, source: str, name: str) -> ScriptHandle:
-        """Compile in a worker; raises the pool's LoadError/CompileError."""
-        return await self.pool.load(source, name=name, kind=KIND)
+    async def load(self, source: str, name: str, *, tenant: str = DEFAULT_TENANT) -> ScriptHandle:
+        """Compile in a worker as ``tenant``; raises the pool's LoadError/CompileError."""
+        return await self.pool.load(source, name=name, kind=KIND, tenant=tenant)
 
     async def call(
-        self, handle: ScriptHandle, fn: str, args: list[Any], *, host: HostHandler, timeout: float
+        self,
+        handle: ScriptHandle,
+        fn: str,
+        args: list[Any],
+        *,
+        host: HostHandler,
+        timeout: float,
+        tenant: str = DEFAULT_TENANT,
     ) -> Any:
-        """One call; failures come out as ProviderError."""
+        """One call as ``tenant``; failures come out as ProviderError."""
         try:
-            return await self.pool.call(handle, fn, *args, host=host, timeout=timeout)
+            return await self.pool.call(handle, fn, *args, host=host, timeout=timeout, tenant=tenant)
         except Exception as exc:
             raise translate(exc) from exc
 
     async def stream(
-        self, handle: ScriptHandle, fn: str, args: list[Any], *, host: HostHandler, timeout: float
+        self,
+        handle: ScriptHandle,
+        fn: str,
+        args: list[Any],
+        *,
+        host: HostHandler,
+        timeout: float,
+        tenant: str = DEFAULT_TENANT,
     ) -> AsyncGenerator[Any, None]:
         """Chunks as the script emits them, then one :class:`StreamEnd`; failures as ProviderError."""
         try:
-            stream = self.pool.stream(handle, fn, *args, host=host, timeout=timeout)
+            stream = self.pool.stream(handle, fn, *args, host=host, timeout=timeout, tenant=tenant)
         except Exception as exc:
             raise translate(exc) from exc
         try:

@@ -72,6 +72,10 @@ class ProviderHost:
     clock: Clock = field(default_factory=MonotonicClock)
     sent: bool = False
     requests: int = 0
+    tenant: str = "default"
+
+    def _log_fields(self, err: HostError) -> dict[str, Any]:
+        return {"provider": self.policy.provider, "tenant": self.tenant, "failure_kind": err.failure_kind}
 
     def _mark_sent(self) -> None:
         self.sent = True
@@ -91,10 +95,11 @@ class ProviderHost:
     async def _on_error(self, err: HostError) -> HostCallError:
         """Log it with its failure_kind; on 429 with a rate limit configured, sleep before the script sees it."""
         log.info(
-            "provider %s: host request failed: %s",
+            "provider %s (tenant %s): host request failed: %s",
             self.policy.provider,
+            self.tenant,
             err,
-            extra={"provider": self.policy.provider, "failure_kind": err.failure_kind},
+            extra=self._log_fields(err),
         )
         if self.backoff is not None and err.value.get("kind") == "rate_limited":
             await self.clock.sleep(self.backoff.on_429(err.value.get("retry_after")))
@@ -147,9 +152,10 @@ class ProviderHost:
                 yield payload
         except HostError as err:
             log.info(
-                "provider %s: stream request failed: %s",
+                "provider %s (tenant %s): stream request failed: %s",
                 self.policy.provider,
+                self.tenant,
                 err,
-                extra={"provider": self.policy.provider, "failure_kind": err.failure_kind},
+                extra=self._log_fields(err),
             )
             raise HostCallError(err.value) from err

@@ -18,7 +18,7 @@ from typing import Any
 from coordinator import errors as pool_errors
 from coordinator.egress import Egress, EgressPolicy, EnvResolver
 from coordinator.providers.config import ProvidersConfig, ProviderTable, refreshed, resolve_script
-from coordinator.providers.executor import PoolExecutor
+from coordinator.providers.executor import DEFAULT_TENANT, PoolExecutor
 from coordinator.providers.failures import ProviderError
 from coordinator.providers.host import ProviderHost
 from coordinator.providers.metadata import Metadata, parse_metadata
@@ -50,7 +50,11 @@ class ProviderNotFound(ProviderLoadError):
 
 @dataclass(eq=False)
 class LoadedProvider:
-    """One loaded version of a provider: compiled handle, metadata, ``initialize`` state, policy."""
+    """One loaded version of a provider for one tenant: compiled handle, metadata, state, policy.
+
+    Each tenant loads its own copy, so its compile and ``initialize`` are its calls (scheduling,
+    quotas, strikes), and a tenant's later calls run as that tenant by default.
+    """
 
     name: str
     path: Path
@@ -64,6 +68,7 @@ class LoadedProvider:
     policy: EgressPolicy
     env: EnvResolver
     loaded_at: float = field(default=0.0)
+    tenant: str = DEFAULT_TENANT
 
     def has(self, fn: str) -> bool:
         """Whether an optional entry point exists with its required arity."""
@@ -120,8 +125,8 @@ class ProviderLoader:
         self.executor = executor
         self.egress = egress
         self.config = config
-        self._cache: dict[str, LoadedProvider] = {}
-        self._loading: dict[tuple[str, Path, int, Any], asyncio.Future[LoadedProvider]] = {}
+        self._cache: dict[tuple[str, str], LoadedProvider] = {}
+        self._loading: dict[tuple[str, str, Path, int, Any], asyncio.Future[LoadedProvider]] = {}
 
     def config_key(self, name: str) -> Any:
         """Everything in the configuration that a loaded provider depends on."""
@@ -142,55 +147,64 @@ class ProviderLoader:
         if new is not None:
             self.config = new
 
-    async def get(self, name: str) -> LoadedProvider:
-        """The current version of ``name``, loading it if needed; raises ProviderLoadError."""
+    async def get(self, name: str, *, tenant: str = DEFAULT_TENANT) -> LoadedProvider:
+        """``tenant``'s current version of ``name``, loading it if needed; raises ProviderLoadError."""
         self.refresh_config()
         path = self.path_of(name)
+        slot = (tenant, name)
         try:
             mtime = os.stat(path).st_mtime_ns
         except OSError:
-            self._cache.pop(name, None)
+            self._cache.pop(slot, None)
             raise ProviderNotFound(f"no provider script {path}") from None
         key = self.config_key(name)
-        cached = self._cache.get(name)
+        cached = self._cache.get(slot)
         if cached is not None and (cached.path, cached.mtime_ns, cached.config_key) == (path, mtime, key):
             return cached
-        flight = (name, path, mtime, key)
+        flight = (tenant, name, path, mtime, key)
         future = self._loading.get(flight)
         if future is None:
-            future = asyncio.ensure_future(self._load_logged(name, path, mtime, key))
+            future = asyncio.ensure_future(self._load_logged(name, path, mtime, key, tenant))
             self._loading[flight] = future
             future.add_done_callback(lambda f: self._finished(flight, f))
         try:
             loaded = await asyncio.shield(future)
         except ProviderLoadError:
-            self._cache.pop(name, None)
+            self._cache.pop(slot, None)
             raise
-        self._cache[name] = loaded
+        self._cache[slot] = loaded
         return loaded
 
-    def _finished(self, flight: tuple[str, Path, int, Any], future: asyncio.Future[LoadedProvider]) -> None:
+    def _finished(
+        self, flight: tuple[str, str, Path, int, Any], future: asyncio.Future[LoadedProvider]
+    ) -> None:
         """Forget the flight; retrieve its exception so an abandoned load is never "unretrieved"."""
         self._loading.pop(flight, None)
         if not future.cancelled():
             future.exception()
 
-    async def lookup(self, name: str) -> LoadedProvider | None:
+    async def lookup(self, name: str, *, tenant: str = DEFAULT_TENANT) -> LoadedProvider | None:
         """Like :meth:`get`, but a missing or broken provider is just absent (with a warning)."""
         try:
-            return await self.get(name)
+            return await self.get(name, tenant=tenant)
         except ProviderLoadError:
             return None
 
-    async def _load_logged(self, name: str, path: Path, mtime: int, key: Any) -> LoadedProvider:
+    async def _load_logged(self, name: str, path: Path, mtime: int, key: Any, tenant: str) -> LoadedProvider:
         """:meth:`_load`, warning once per failed load whichever entry point asked (inference too)."""
         try:
-            return await self._load(name, path, mtime, key)
+            return await self._load(name, path, mtime, key, tenant)
         except ProviderLoadError as exc:
-            log.warning("script provider load failed: %s: %s", name, exc)
+            log.warning(
+                "script provider load failed: %s (tenant %s): %s",
+                name,
+                tenant,
+                exc,
+                extra={"provider": name, "tenant": tenant},
+            )
             raise
 
-    async def _load(self, name: str, path: Path, mtime: int, key: Any) -> LoadedProvider:
+    async def _load(self, name: str, path: Path, mtime: int, key: Any, tenant: str) -> LoadedProvider:
         """Read, parse metadata, compile, check entry points, run ``initialize`` offline."""
         try:
             source = path.read_text(encoding="utf-8")
@@ -198,7 +212,7 @@ class ProviderLoader:
             raise ProviderLoadError(f"read provider script {path}: {exc}") from exc
         metadata = parse_metadata(source)
         try:
-            handle = await self.executor.load(source, name)
+            handle = await self.executor.load(source, name, tenant=tenant)
         except pool_errors.LoadError as exc:
             raise ProviderLoadError(f"compile provider script {name}: {exc.message}") from exc
         functions = list(handle.functions)
@@ -207,11 +221,18 @@ class ProviderLoader:
             raise ProviderLoadError(problem)
         table = self.config.table(name)
         env = build_env(name, self.config, table)
-        offline = ProviderHost(None, build_policy(name, self.config, table, None), env, offline=True)
+        offline = ProviderHost(
+            None, build_policy(name, self.config, table, None), env, offline=True, tenant=tenant
+        )
         config = table.init_config() if table else {}
         try:
             state = await self.executor.call(
-                handle, "initialize", [config], host=offline, timeout=self.config.request_timeout_secs
+                handle,
+                "initialize",
+                [config],
+                host=offline,
+                timeout=self.config.request_timeout_secs,
+                tenant=tenant,
             )
         except ProviderError as exc:
             raise ProviderLoadError(exc.message) from exc
@@ -228,4 +249,5 @@ class ProviderLoader:
             build_policy(name, self.config, table, state),
             env,
             asyncio.get_running_loop().time(),
+            tenant,
         )

@@ -1,7 +1,7 @@
 """The provider runtime: every entry point of a script provider, with retries, limits and the token guard.
 
-caller ──▶ ProviderRuntime.inference(name, request)
-             │ loader.get(name)          (mtime/config reload, offline initialize)
+caller ──▶ ProviderRuntime.inference(name, request, tenant=...)
+             │ loader.get(name, tenant)  (mtime/config reload, offline initialize, per tenant)
              │ guard                     (count_tokens when the request nears the window)
              │ run_with_retries ─┐       (backoff schedule, 900 s job bound)
              │                   ▼
@@ -9,6 +9,10 @@ caller ──▶ ProviderRuntime.inference(name, request)
              │   pool.call(inference) ──▶ worker ──HOST_CALL──▶ ProviderHost ──▶ Egress
              ▼
            Response (normalised)         tokens recorded for TPM
+
+Every entry point takes ``tenant=`` (``"default"`` for single-user library use): each script call
+it makes -- ``initialize`` included -- is that tenant's pool call, so the fair queue, the tenant's
+caps and strikes apply, and log lines name it. Rate limits stay global per provider (SPEC §3.18).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from coordinator.egress import Egress
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.config import ProvidersConfig
-from coordinator.providers.executor import PoolExecutor, StreamEnd
+from coordinator.providers.executor import DEFAULT_TENANT, PoolExecutor, StreamEnd
 from coordinator.providers.failures import (
     InvalidResponse,
     Other,
@@ -71,13 +75,13 @@ class ProviderRuntime:
         """A config reload: providers whose table changed reload on their next lookup."""
         self.loader.config = config
 
-    async def get(self, name: str) -> LoadedProvider:
-        """The loaded provider (raises ProviderLoadError / ProviderNotFound)."""
-        return await self.loader.get(name)
+    async def get(self, name: str, *, tenant: str = DEFAULT_TENANT) -> LoadedProvider:
+        """``tenant``'s loaded provider (raises ProviderLoadError / ProviderNotFound)."""
+        return await self.loader.get(name, tenant=tenant)
 
-    async def lookup(self, name: str) -> LoadedProvider | None:
-        """The loaded provider, or None when it is missing or broken (a warning is logged)."""
-        return await self.loader.lookup(name)
+    async def lookup(self, name: str, *, tenant: str = DEFAULT_TENANT) -> LoadedProvider | None:
+        """``tenant``'s loaded provider, or None when it is missing or broken (a warning is logged)."""
+        return await self.loader.lookup(name, tenant=tenant)
 
     def _limiter(self, provider: LoadedProvider) -> tuple[RateLimiter, Backoff429] | None:
         limit = provider.table.rate_limit if provider.table else None
@@ -100,9 +104,25 @@ class ProviderRuntime:
             entry = self._gates[provider.name] = (limit, asyncio.Semaphore(limit))
         return entry[1]
 
-    def _host(self, provider: LoadedProvider, timeout: float, backoff: Backoff429 | None) -> ProviderHost:
+    def _host(
+        self, provider: LoadedProvider, timeout: float, backoff: Backoff429 | None, tenant: str
+    ) -> ProviderHost:
         return ProviderHost(
-            self.egress, provider.policy, provider.env, timeout=timeout, backoff=backoff, clock=self.clock
+            self.egress,
+            provider.policy,
+            provider.env,
+            timeout=timeout,
+            backoff=backoff,
+            clock=self.clock,
+            tenant=tenant,
+        )
+
+    async def _call_aside(self, provider: LoadedProvider, fn: str, args: list[Any], tenant: str) -> Any:
+        """A non-inference entry point: one call, no retries, the global request timeout."""
+        timeout = self.config.request_timeout_secs
+        host = self._host(provider, timeout, None, tenant)
+        return await self.executor.call(
+            provider.handle, fn, [provider.state, *args], host=host, timeout=timeout, tenant=tenant
         )
 
     def capabilities(self, provider: LoadedProvider, model: str) -> Capabilities:
@@ -117,71 +137,60 @@ class ProviderRuntime:
 
     # -- count_tokens / list_models -------------------------------------------------------------
 
-    async def count_tokens(self, provider: LoadedProvider, text: str, model: str) -> int:
-        """The script's count when it gives an INT (clamped at 0), else the heuristic by model id."""
+    async def count_tokens(
+        self, provider: LoadedProvider, text: str, model: str, *, tenant: str | None = None
+    ) -> int:
+        """The script's count when it gives an INT (clamped at 0), else the heuristic by model id.
+
+        ``tenant`` defaults to the tenant the provider was loaded for (so do the other entry points).
+        """
         if provider.has("count_tokens"):
-            host = self._host(provider, self.config.request_timeout_secs, None)
+            tenant = tenant or provider.tenant
             try:
-                value = await self.executor.call(
-                    provider.handle,
-                    "count_tokens",
-                    [provider.state, text, model],
-                    host=host,
-                    timeout=self.config.request_timeout_secs,
-                )
+                value = await self._call_aside(provider, "count_tokens", [text, model], tenant)
             except ProviderError:
                 value = None
             if isinstance(value, int) and not isinstance(value, bool):
                 return max(0, value)
         return count_by_model(text, model)
 
-    async def list_models(self, provider: LoadedProvider) -> list[ModelInfo]:
+    async def list_models(self, provider: LoadedProvider, *, tenant: str | None = None) -> list[ModelInfo]:
         """The script's own listing; no ``list_models`` means none. Errors propagate."""
         if not provider.has("list_models"):
             return []
-        host = self._host(provider, self.config.request_timeout_secs, None)
         try:
-            value = await self.executor.call(
-                provider.handle,
-                "list_models",
-                [provider.state],
-                host=host,
-                timeout=self.config.request_timeout_secs,
-            )
+            value = await self._call_aside(provider, "list_models", [], tenant or provider.tenant)
         except InvalidResponse as exc:
             if not exc.unconvertible:  # a thrown ``invalid_response`` is the script's error: it propagates
                 raise
             return []  # an answer with no JSON form counts as no rows
         return parse_models(value, provider.name)
 
-    async def warm_models(self, provider: LoadedProvider, models: list[str]) -> None:
+    async def warm_models(
+        self, provider: LoadedProvider, models: list[str], *, tenant: str | None = None
+    ) -> None:
         """Optional warm-up ([U]); its result is ignored and so are its errors."""
         if provider.has("warm_models"):
-            host = self._host(provider, self.config.request_timeout_secs, None)
             with contextlib.suppress(ProviderError):
-                await self.executor.call(
-                    provider.handle,
-                    "warm_models",
-                    [provider.state, list(models)],
-                    host=host,
-                    timeout=self.config.request_timeout_secs,
-                )
+                await self._call_aside(provider, "warm_models", [list(models)], tenant or provider.tenant)
 
     # -- the guard ------------------------------------------------------------------------------
 
-    async def guard(self, provider: LoadedProvider, request: dict[str, Any]) -> None:
+    async def guard(
+        self, provider: LoadedProvider, request: dict[str, Any], *, tenant: str | None = None
+    ) -> None:
         """Refuse a request that cannot fit the model's window, counting only when it is close (§3.12)."""
         model, reply = request["model"], uint(request.get("max_tokens"))
         window = self.capabilities(provider, model).max_context_tokens
         text = prompt_text(request)
         if self.config.exact_token_counting:
-            used = await self.count_tokens(provider, text, model)
+            used = await self.count_tokens(provider, text, model, tenant=tenant)
             if used + reply > window:
                 raise TokenLimitExceeded(f"Token limit exceeded: {used} > {window}")
             return
         if estimate_bytes(text) + reply < math.ceil(window / 2):
             return
-        used = await self.count_tokens(provider, text, model)
+        used = await self.count_tokens(provider, text, model, tenant=tenant)
         if used + reply > window:
             raise TokenLimitExceeded(
                 f"Token limit exceeded: the prompt's {used} tokens plus the {reply}-token reply budget "
@@ -202,35 +211,37 @@ class ProviderRuntime:
         return self.config.request_timeout_secs, JOB_TIMEOUT_SECS
 
     async def _attempt(
-        self, provider: LoadedProvider, request: dict[str, Any], timeout: float, budget: float
+        self, provider: LoadedProvider, request: dict[str, Any], timeout: float, budget: float, tenant: str
     ) -> Response:
         async with self._gate(provider):
-            return await self._attempt_now(provider, request, timeout, budget)
+            return await self._attempt_now(provider, request, timeout, budget, tenant)
 
     async def _attempt_now(
-        self, provider: LoadedProvider, request: dict[str, Any], timeout: float, budget: float
+        self, provider: LoadedProvider, request: dict[str, Any], timeout: float, budget: float, tenant: str
     ) -> Response:
         """One attempt: HTTP requests get ``timeout`` each; the script call may use the job's ``budget``."""
         limits = self._limiter(provider)
         if limits is not None:
             await limits[0].acquire()
-        host = self._host(provider, timeout, limits[1] if limits else None)
+        host = self._host(provider, timeout, limits[1] if limits else None, tenant)
         value = await self.executor.call(
-            provider.handle, "inference", [provider.state, request], host=host, timeout=budget
+            provider.handle, "inference", [provider.state, request], host=host, timeout=budget, tenant=tenant
         )
         response = parse_response(value, list(provider.metadata.mime_types))
         if limits is not None:
             limits[0].record_tokens(response.tokens_used.total_tokens)
         return response
 
-    async def inference(self, name: str, raw_request: Any) -> Response:
+    async def inference(self, name: str, raw_request: Any, *, tenant: str = DEFAULT_TENANT) -> Response:
         """One inference with retries; raises ProviderError (or ProviderLoadError / RequestError)."""
-        provider = await self.get(name)
+        provider = await self.get(name, tenant=tenant)
         request = self.request_for(provider, raw_request)
-        await self.guard(provider, request)
-        return await self._run_inference(provider, request)
+        await self.guard(provider, request, tenant=tenant)
+        return await self._run_inference(provider, request, tenant)
 
-    async def _run_inference(self, provider: LoadedProvider, request: dict[str, Any]) -> Response:
+    async def _run_inference(
+        self, provider: LoadedProvider, request: dict[str, Any], tenant: str
+    ) -> Response:
         """Attempts under the retry policy and the whole-job bound."""
         timeout, job = self._timeouts(request)
         policy = RetryPolicy(self.config.retry_attempts, self.config.retry_base_ms)
@@ -239,7 +250,9 @@ class ProviderRuntime:
         try:
             async with asyncio.timeout_at(deadline):
                 return await run_with_retries(
-                    lambda _n: self._attempt(provider, request, timeout, max(deadline - loop.time(), 0.001)),
+                    lambda _n: self._attempt(
+                        provider, request, timeout, max(deadline - loop.time(), 0.001), tenant
+                    ),
                     policy,
                     self.clock,
                 )
@@ -251,30 +264,33 @@ class ProviderRuntime:
 
     # -- streaming ------------------------------------------------------------------------------
 
-    async def stream(self, name: str, raw_request: Any) -> AsyncIterator[Chunk | ProviderError]:
+    async def stream(
+        self, name: str, raw_request: Any, *, tenant: str = DEFAULT_TENANT
+    ) -> AsyncIterator[Chunk | ProviderError]:
         """Chunks as they are produced; a failure ends the stream with one error item (SPEC §3.11)."""
-        provider = await self.get(name)
+        provider = await self.get(name, tenant=tenant)
         request = self.request_for(provider, raw_request)
-        await self.guard(provider, request)
+        await self.guard(provider, request, tenant=tenant)
         if not provider.has("stream"):
-            yield collapse(await self._run_inference(provider, request))
+            yield collapse(await self._run_inference(provider, request, tenant))
             return
-        async with self._gate(provider), contextlib.aclosing(self._native_stream(provider, request)) as items:
+        native = self._native_stream(provider, request, tenant)
+        async with self._gate(provider), contextlib.aclosing(native) as items:
             async for item in items:
                 yield item
 
     async def _native_stream(
-        self, provider: LoadedProvider, request: dict[str, Any]
+        self, provider: LoadedProvider, request: dict[str, Any], tenant: str
     ) -> AsyncGenerator[Any, None]:
         """The script's ``stream``: one rate-limit acquire, then chunks (or one final error item)."""
         timeout, job = self._timeouts(request)
         limits = self._limiter(provider)
         if limits is not None:
             await limits[0].acquire()
-        host = self._host(provider, timeout, None)
+        host = self._host(provider, timeout, None, tenant)
         rows = list(provider.metadata.mime_types)
         emit = self.executor.stream(
-            provider.handle, "stream", [provider.state, request], host=host, timeout=job
+            provider.handle, "stream", [provider.state, request], host=host, timeout=job, tenant=tenant
         )
         most = 0
         try:

@@ -37,6 +37,9 @@ __all__ = [
 DEFAULT_HOOK_TIMEOUT = 5.0
 """Wall-clock seconds a region hook may run (our limit on top of the 100 000 operations)."""
 
+DEFAULT_TENANT = "default"
+"""The tenant of single-user library use: the compile and every hook run as it unless told otherwise."""
+
 
 class RegionLoadError(RhaipoolError):
     """A hard load-time error: nothing runs, no tokens are spent (§1.2 step 5)."""
@@ -45,8 +48,8 @@ class RegionLoadError(RhaipoolError):
 class RegionPool(Protocol):
     """The part of ``coordinator._core.pool.Pool`` the region runtime uses."""
 
-    async def load(self, source: str, /, *, name: str, kind: Literal["region"]) -> Any:
-        """Compile and check in a worker; returns a handle with ``sha256`` and ``functions``."""
+    async def load(self, source: str, /, *, name: str, kind: Literal["region"], tenant: str = ...) -> Any:
+        """Compile and check in a worker as ``tenant``; returns a handle with ``sha256`` and ``functions``."""
         ...
 
     async def call(
@@ -117,7 +120,7 @@ class PoolHookRunner:
     handle: Any
     script: ScriptInfo
     timeout: float = DEFAULT_HOOK_TIMEOUT
-    tenant: str | None = None
+    tenant: str = DEFAULT_TENANT
     resident: ResidentEntries | None = None
     """The region's entries kept in the worker between hooks; ``None`` ships them every call."""
 
@@ -126,9 +129,7 @@ class PoolHookRunner:
 
         Only ``PoolClosed`` propagates: using a closed pool is the host's mistake.
         """
-        options: dict[str, Any] = {"timeout": self.timeout}
-        if self.tenant is not None:
-            options["tenant"] = self.tenant
+        options: dict[str, Any] = {"timeout": self.timeout, "tenant": self.tenant}
         if self.resident is not None and "entries" in ctx:  # the worker splices them back in
             options["resident"] = self.resident.prepare(ctx["entries"])
             ctx = {**ctx, "entries": []}
@@ -151,7 +152,8 @@ class RegionLoader:
     """Loads region scripts into a pool once per script string, as the spawner does.
 
     ``base_dir`` is the blueprint directory: scripts are resolved against it
-    and must stay inside it.  Without it, paths are used as given.
+    and must stay inside it.  Without it, paths are used as given.  Every
+    compile and hook runs as ``tenant`` (``None`` means ``"default"``).
     """
 
     def __init__(
@@ -160,13 +162,13 @@ class RegionLoader:
         *,
         base_dir: str | os.PathLike[str] | None = None,
         timeout: float = DEFAULT_HOOK_TIMEOUT,
-        tenant: str | None = None,
+        tenant: str | None = DEFAULT_TENANT,
         resident: bool = True,
     ) -> None:
         self._pool = pool
         self._base_dir = base_dir
         self._timeout = timeout
-        self._tenant = tenant
+        self._tenant = DEFAULT_TENANT if tenant is None else tenant
         self._resident = resident
         self._table: dict[str, _Loaded] = {}
 
@@ -188,7 +190,7 @@ class RegionLoader:
         label = script.strip()
         prefix = f"region '{region}': custom region script failed to compile: "
         try:
-            handle = await self._pool.load(source, name=label, kind="region")
+            handle = await self._pool.load(source, name=label, kind="region", tenant=self._tenant)
         except RhaipoolError as exc:
             if isinstance(exc, RegionLoadError):
                 raise
@@ -227,6 +229,7 @@ class RegionLoader:
             persistent=persistent,
             admission=admission,
             volatility=volatility,
+            tenant=self._tenant,
             **extra,
         )
 
@@ -242,7 +245,7 @@ async def open_region(
     volatility: Volatility = "rewritten",
     base_dir: str | os.PathLike[str] | None = None,
     hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
-    tenant: str | None = None,
+    tenant: str = DEFAULT_TENANT,
     resident: bool = True,
 ) -> Region:
     """Load ``script`` into ``pool`` and return a region backed by it (what ``Pool.region`` does).

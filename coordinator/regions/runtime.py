@@ -58,6 +58,7 @@ class Region:
         admission: Admission = "evict",
         volatility: Volatility = "rewritten",
         clock: Callable[[], float] = time.time,
+        tenant: str = "default",
     ) -> None:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
             raise ValueError(f"region '{name}': budget must be a non-negative integer, got {budget!r}")
@@ -70,6 +71,7 @@ class Region:
         self.persistent = persistent
         self.admission: Admission = admission
         self.volatility: Volatility = volatility
+        self.tenant = tenant  # whose hooks these are: named in the region's log lines
         self._runner = runner
         self._clock = clock
         self._entries: list[Entry] = []
@@ -224,7 +226,7 @@ class Region:
         if used <= self.budget:
             return None
         if self.admission == "reject" and self._entries:
-            return RegionFull(self.name, used, self.budget)
+            return RegionFull(self.name, self.current_tokens, self.budget)
         return BudgetExceeded(used, self.budget)
 
     async def _insert(
@@ -373,7 +375,9 @@ class Region:
             None if script is None else script.path,
             None if script is None else script.sha256,
         )
-        _log.warning("%s", warning)
+        _log.warning(
+            "%s (tenant %s)", warning, self.tenant, extra={"region": self.name, "tenant": self.tenant}
+        )
         return warning
 
     def __repr__(self) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.egress import Egress
+from coordinator._core.config import PoolConfig
 from coordinator._core.pool import Pool
 from coordinator.providers.clock import Clock
 from coordinator.providers.config import ProvidersConfig, parse_config
@@ -51,13 +52,17 @@ class Harness:
         workers: int = 2,
         clock: Clock | None = None,
         timeout: float = 60.0,
+        pool_config: PoolConfig | None = None,
     ) -> T:
-        """Start pool and egress, build a runtime, run ``body(runtime)``; fail on loop errors."""
+        """Start pool and egress, build a runtime, run ``body(runtime)``; fail on loop errors.
+
+        ``pool_config`` replaces ``workers`` when a test needs the pool's other settings.
+        """
         errors: list[dict[str, Any]] = []
 
         async def main() -> T:
             asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-            async with asyncio.timeout(timeout), Pool(workers=workers) as pool, Egress() as egress:
+            async with asyncio.timeout(timeout), (Pool(pool_config) if pool_config else Pool(workers=workers)) as pool, Egress() as egress:
                 runtime = ProviderRuntime(PoolExecutor(pool), egress, self.config(), clock=clock)
                 self.runtime = runtime
                 return await body(runtime)
