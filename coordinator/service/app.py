@@ -79,7 +79,7 @@ def create_app(service: Service) -> Any:
         lifespan=lifespan,
     )
     metrics = Metrics(service)
-    gate = Gate(router, metrics)
+    gate = Gate(router, metrics, lambda: service.config.max_header_bytes)
     router.state.service = service
     router.state.metrics = metrics
     router.state.gate = gate

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -20,15 +21,17 @@ from coordinator.service.metrics import Metrics
 __all__ = ["EXEMPT", "Gate"]
 
 EXEMPT: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+_TOO_BIG: Final = json.dumps({"error": "request headers too large"}).encode()
 _REFUSAL: Final = json.dumps({"error": "the service is shutting down; retry on another instance"}).encode()
 
 
 class Gate:
     """Counts and, when told to drain, refuses and finally cuts the calls passing through it."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_header_bytes: Callable[[], int]) -> None:
         self.app = app
         self.metrics = metrics
+        self.max_header_bytes = max_header_bytes
         self.draining = False
         self.answered = 0
         self._active: dict[asyncio.Task[Any], list[bool]] = {}
@@ -47,6 +50,9 @@ class Gate:
             return
         if self.draining:
             await _refuse(send)
+            return
+        if sum(len(k) + len(v) for k, v in scope["headers"]) > self.max_header_bytes():
+            await _answer(send, 431, _TOO_BIG, ())
             return
         await self._track(scope, receive, send)
 
@@ -104,16 +110,10 @@ class Gate:
 
 
 async def _refuse(send: Send) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"retry-after", b"1"),
-                (b"connection", b"close"),
-                (b"content-length", str(len(_REFUSAL)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": _REFUSAL})
+    await _answer(send, 503, _REFUSAL, ((b"retry-after", b"1"), (b"connection", b"close")))
+
+
+async def _answer(send: Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...]) -> None:
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})

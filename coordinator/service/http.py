@@ -105,7 +105,7 @@ async def json_body(request: Request) -> dict[str, Any]:
     if not raw:
         raise HTTPError(400, "request body is empty: expected a JSON object")
     try:
-        body = json.loads(raw)
+        body = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise HTTPError(400, "request body is not UTF-8") from None
     except ValueError as exc:

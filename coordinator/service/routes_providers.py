@@ -18,7 +18,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from coordinator.providers import LoadedProvider, ProviderError, ProviderLoadError, ProviderNotFound, RequestError
-from coordinator.providers.response import Chunk
+from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.service.http import HTTPError, field, json_body, reply, require_tenant, service_of
 from coordinator.service.routes_scripts import check_name
@@ -86,7 +86,7 @@ async def _events(runtime: ProviderRuntime, name: str, body: dict[str, Any], ten
     async with contextlib.aclosing(items):
         try:
             async for item in items:
-                if isinstance(item, Chunk):
+                if isinstance(item, StreamChunk):
                     yield f"data: {json.dumps(item.to_dict(), ensure_ascii=False)}\n\n"
                 else:
                     yield f"event: error\ndata: {json.dumps(item.to_dict(), ensure_ascii=False)}\n\n"
