@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Final
 from coordinator import errors as pool_errors
 from coordinator.providers.failures import (
     InvalidResponse,
-    Other,
     ProviderError,
     RequestFailed,
+    UnclassifiedProviderError,
     classify_thrown,
 )
 
@@ -39,8 +39,20 @@ class StreamEnd:
         self.value = value
 
 
+#: Pool failures the pool blames on the call's own script: a crash of its worker, a budget it ran
+#: out of (memory kills included), its deadline. Retrying one only repeats the damage.
+_SCRIPT_BLAMED = (pool_errors.WorkerCrashed, pool_errors.LimitExceeded)
+
+
 def translate(exc: BaseException) -> ProviderError:
-    """Map a pool failure onto the provider error classes."""
+    """Map a pool failure onto the provider error classes; ``script_blamed`` marks the script's own."""
+    error = _translate(exc)
+    if isinstance(exc, _SCRIPT_BLAMED):
+        error.script_blamed = True
+    return error
+
+
+def _translate(exc: BaseException) -> ProviderError:
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, pool_errors.ScriptError):
@@ -50,18 +62,18 @@ def translate(exc: BaseException) -> ProviderError:
             error = InvalidResponse(f"provider returned an unconvertible value: {exc.message}")
             error.unconvertible = True
             return error
-        return Other(exc.message)
+        return UnclassifiedProviderError(exc.message)
     if isinstance(exc, pool_errors.LimitExceeded):
-        return Other(f"{exc.limit} limit exceeded: {exc.message}")
+        return UnclassifiedProviderError(f"{exc.limit} limit exceeded: {exc.message}")
     if isinstance(exc, pool_errors.WorkerCrashed):
-        return Other(f"the script's worker died ({exc.exit_reason or exc.message})")
+        return UnclassifiedProviderError(f"the script's worker died ({exc.exit_reason or exc.message})")
     if isinstance(exc, pool_errors.WorkerLost):
-        return Other(f"worker lost and the call could not be re-run safely: {exc.message}")
+        return UnclassifiedProviderError(f"worker lost and the call could not be re-run safely: {exc.message}")
     if isinstance(exc, (pool_errors.Overloaded, pool_errors.NoWorkerAvailable)):
         return RequestFailed(f"script pool unavailable: {exc}")
     if isinstance(exc, pool_errors.RhaipoolError):
-        return Other(str(exc))
-    return Other(f"provider script task failed: {type(exc).__name__}: {exc}")
+        return UnclassifiedProviderError(str(exc))
+    return UnclassifiedProviderError(f"provider script task failed: {type(exc).__name__}: {exc}")
 
 
 class PoolExecutor:

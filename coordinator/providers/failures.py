@@ -1,4 +1,6 @@
-"""Provider failures: the error classes a caller sees and how a thrown value maps onto them (SPEC §3.16).
+"""Provider failures: how a thrown value maps onto the error classes a caller sees (SPEC §3.16).
+
+The classes live in ``coordinator.providers.errors`` (re-exported here):
 
     ProviderError (RhaipoolError)
     ├── RateLimitExceeded     transient, capacity schedule
@@ -7,7 +9,7 @@
     ├── Unavailable           permanent; credits-exhausted / auth-failed / forbidden (fail over)
     ├── InvalidResponse       permanent
     ├── TokenLimitExceeded    permanent; the request was never sent
-    └── Other                 permanent (plain throws, Rhai errors, our own limits)
+    └── UnclassifiedProviderError  permanent (plain throws, Rhai errors, our own limits; class "Other")
 
 The classification never depends on ``failure_kind``: that label only decorates the message with a
 remedy sentence so a person knows what to do next.
@@ -15,9 +17,18 @@ remedy sentence so a person knows what to do next.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
-from proto.errors import RhaipoolError
+from coordinator.providers.errors import (
+    ApiError,
+    InvalidResponse,
+    ProviderError,
+    RateLimitExceeded,
+    RequestFailed,
+    TokenLimitExceeded,
+    Unavailable,
+    UnclassifiedProviderError,
+)
 
 __all__ = [
     "ApiError",
@@ -27,12 +38,12 @@ __all__ = [
     "error_from_dict",
     "FAILURE_KINDS",
     "InvalidResponse",
-    "Other",
     "ProviderError",
     "RateLimitExceeded",
     "RequestFailed",
     "TokenLimitExceeded",
     "Unavailable",
+    "UnclassifiedProviderError",
     "value_text",
 ]
 
@@ -78,82 +89,6 @@ _TRANSIENT_API_PHRASES = (
 _CAPACITY_API_PHRASES = ("429", "529", "overloaded", "rate limit", "too many requests")
 
 
-class ProviderError(RhaipoolError):
-    """A provider call failed; ``transient`` says whether the retry loop may try again."""
-
-    class_name: ClassVar[str] = "Other"
-    default_transient: ClassVar[bool] = False
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        transient: bool | None = None,
-        capacity: bool = False,
-        reason: str | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.transient = self.default_transient if transient is None else transient
-        self.capacity = capacity
-        self.reason = reason
-        self.retry_after = retry_after
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``{"class", "message", "transient"}`` shape of SPEC §4 (``rhaipool infer --json``)."""
-        out: dict[str, Any] = {"class": self.class_name, "message": self.message, "transient": self.transient}
-        if self.reason is not None:
-            out["reason"] = self.reason
-        return out
-
-
-class RateLimitExceeded(ProviderError):
-    """The provider answered 429 (or the script said ``kind: "rate_limited"``)."""
-
-    class_name = "RateLimitExceeded"
-    default_transient = True
-
-
-class RequestFailed(ProviderError):
-    """Transport or server trouble; retried, and after the last attempt counted as unreachable."""
-
-    class_name = "RequestFailed"
-    default_transient = True
-
-
-class ApiError(ProviderError):
-    """The API refused the request; transient only for capacity and server-side texts."""
-
-    class_name = "ApiError"
-
-
-class Unavailable(ProviderError):
-    """Credits exhausted, key refused or access forbidden: fail over, do not retry."""
-
-    class_name = "Unavailable"
-
-
-class InvalidResponse(ProviderError):
-    """The script's answer has the wrong shape."""
-
-    class_name = "InvalidResponse"
-    unconvertible = False
-    """The script returned a value with no JSON form (rather than throwing ``invalid_response``)."""
-
-
-class TokenLimitExceeded(ProviderError):
-    """The request would not fit the model's window; it was never sent."""
-
-    class_name = "TokenLimitExceeded"
-
-
-class Other(ProviderError):
-    """Everything else: plain throws, Rhai runtime errors, exceeded sandbox limits."""
-
-    class_name = "Other"
-
-
 _BY_NAME: dict[str, type[ProviderError]] = {
     cls.class_name: cls
     for cls in (
@@ -163,14 +98,14 @@ _BY_NAME: dict[str, type[ProviderError]] = {
         Unavailable,
         InvalidResponse,
         TokenLimitExceeded,
-        Other,
+        UnclassifiedProviderError,
     )
 }
 
 
 def error_from_dict(data: dict[str, Any]) -> ProviderError:
     """Rebuild an error from :meth:`ProviderError.to_dict` (used across process boundaries)."""
-    cls = _BY_NAME.get(str(data.get("class")), Other)
+    cls = _BY_NAME.get(str(data.get("class")), UnclassifiedProviderError)
     return cls(str(data.get("message", "")), transient=bool(data.get("transient", False)))
 
 
@@ -207,7 +142,7 @@ def classify_api_message(message: str) -> ProviderError:
 def classify_thrown(value: Any) -> ProviderError:
     """Map a value thrown out of a provider script onto an error class (SPEC §3.16)."""
     if not isinstance(value, dict):
-        return Other(value_text(value))
+        return UnclassifiedProviderError(value_text(value))
     kind = value.get("kind")
     kind = kind if isinstance(kind, str) and kind else None
     message = value.get("message")
@@ -228,4 +163,4 @@ def classify_thrown(value: Any) -> ProviderError:
         return InvalidResponse(message)
     if transient:
         return RequestFailed(message)
-    return Other(message)
+    return UnclassifiedProviderError(message)

@@ -2,6 +2,12 @@
 
 Retrying is safe only because the coordinator performs all egress and re-runs the script from
 scratch; a script must tolerate repeated ``inference`` calls, as the reference requires.
+
+A failure the pool blames on the call's own script (its worker crashed running it, it ran out of a
+budget, memory kills included, or missed its deadline) is never retried, whatever else marks it
+transient: another attempt would only kill another worker and bill another request. A worker lost
+for a reason outside the call (``WorkerLost``) is not retried either: the pool already re-runs such
+a call when no request of it was sent, and when one was, a retry would send that request twice.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from coordinator.providers.clock import Clock, MonotonicClock
-from coordinator.providers.failures import ProviderError
+from coordinator.providers.errors import ProviderError
 
 __all__ = [
-    "delay_after",
     "MAX_TOTAL_SLEEP_SECS",
-    "RetryPolicy",
+    "InferenceRetryPolicy",
+    "delay_after",
+    "retryable",
     "run_with_retries",
 ]
 
@@ -28,14 +35,19 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class RetryPolicy:
+class InferenceRetryPolicy:
     """``[limits] inference_retry_attempts`` (first attempt included) and ``inference_retry_base_ms``."""
 
     attempts: int = 4
     base_ms: int = 1000
 
 
-def delay_after(error: ProviderError, attempt: int, policy: RetryPolicy) -> float:
+def retryable(error: ProviderError) -> bool:
+    """Transient, and not a failure blamed on the call's own script."""
+    return error.transient and not error.script_blamed
+
+
+def delay_after(error: ProviderError, attempt: int, policy: InferenceRetryPolicy) -> float:
     """Delay after failed attempt ``attempt`` (1-based), before the 300 s total clip."""
     if error.capacity:
         if error.retry_after is not None:
@@ -46,7 +58,7 @@ def delay_after(error: ProviderError, attempt: int, policy: RetryPolicy) -> floa
 
 async def run_with_retries(
     attempt_fn: Callable[[int], Awaitable[T]],
-    policy: RetryPolicy,
+    policy: InferenceRetryPolicy,
     clock: Clock | None = None,
     on_retry: Callable[[ProviderError, float], None] | None = None,
 ) -> T:
@@ -58,7 +70,7 @@ async def run_with_retries(
         try:
             return await attempt_fn(attempt)
         except ProviderError as err:
-            if not err.transient or attempt >= policy.attempts:
+            if not retryable(err) or attempt >= policy.attempts:
                 raise
             delay = min(delay_after(err, attempt, policy), MAX_TOTAL_SLEEP_SECS - slept)
             if on_retry is not None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from coordinator.egress import Egress
 from coordinator.providers.config import ProvidersConfig, load_config
-from coordinator.providers.executor import KIND, PoolExecutor
+from coordinator.providers.executor import DEFAULT_TENANT, KIND, PoolExecutor
 from coordinator.providers.loader import OPTIONAL, check_functions
 from coordinator.providers.metadata import parse_metadata
 from coordinator.providers.runtime import ProviderRuntime
@@ -76,8 +76,8 @@ class ProviderValidation:
         )
 
 
-async def validate_provider(path: Path, pool: Any) -> ProviderValidation:
-    """Compile in a sandboxed worker and check ``initialize``/``inference``; ``initialize`` is not run."""
+async def validate_provider(path: Path, pool: Any, *, tenant: str = DEFAULT_TENANT) -> ProviderValidation:
+    """Compile in a sandboxed worker (as ``tenant``) and check ``initialize``/``inference``; no ``initialize`` run."""
     name = path.stem
     try:
         source = path.read_text(encoding="utf-8")
@@ -85,7 +85,7 @@ async def validate_provider(path: Path, pool: Any) -> ProviderValidation:
         return ProviderValidation(False, f"read provider script {path}: {exc}", [], {})
     metadata = parse_metadata(source).to_dict()
     try:
-        handle = await pool.load(source, name=name, kind=KIND)
+        handle = await pool.load(source, name=name, kind=KIND, tenant=tenant)
     except RhaipoolError as exc:
         message = getattr(exc, "message", str(exc))
         return ProviderValidation(False, f"compile provider script {name}: {message}", [], metadata)

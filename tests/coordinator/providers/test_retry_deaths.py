@@ -1,0 +1,95 @@
+"""A worker death blamed on the call's own script is never retried by the provider retry layer.
+
+Retrying it would only kill another worker (and bill another request): the crash is the script's,
+not the network's. The scripts crash for real: they exhaust their worker's memory limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordinator import errors as pool_errors
+from coordinator._core.config import Limits, PoolConfig
+from coordinator.providers.executor import translate
+from coordinator.providers.failures import ProviderError
+from coordinator.providers.retry import InferenceRetryPolicy, retryable, run_with_retries
+from coordinator.providers.runtime import ProviderRuntime
+
+from .harness import Harness
+
+REQ: dict[str, Any] = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+BOMB = (
+    'let m = #{}; let s = "y"; while s.len < 500000 { s += s; } '
+    "let i = 0; loop { m[s + i.to_string()] = i; i += 1; }"
+)
+CONFIG = PoolConfig(workers=1, spares=1, limits=Limits(memory_bytes=512 << 20))
+
+
+def exits(rt: ProviderRuntime) -> int:
+    return rt.executor.pool.statistics().exits
+
+
+@pytest.mark.parametrize(
+    "prelude",
+    [
+        "",
+        # a request already left the machine: the crash must not look like a dropped connection
+        'http_post(state.base_url, "{}", #{});',
+    ],
+    ids=["crash", "crash-after-egress"],
+)
+def test_a_crashing_inference_kills_one_worker_and_is_not_retried(harness: Harness, prelude: str) -> None:
+    harness.table("p", base_url=harness.server.url + "/echo")
+    harness.data["limits"] = {"inference_retry_attempts": 4, "inference_retry_base_ms": 10}
+    harness.write(
+        "p", f"fn initialize(config) {{ config }}\nfn inference(state, request) {{ {prelude} {BOMB} }}\n"
+    )
+
+    async def body(rt: ProviderRuntime) -> tuple[int, int, ProviderError]:
+        await rt.get("p")
+        before, sent = exits(rt), len(harness.server.requests)
+        with pytest.raises(ProviderError) as info:
+            await rt.inference("p", REQ)
+        return exits(rt) - before, len(harness.server.requests) - sent, info.value
+
+    died, requests, error = harness.run(body, pool_config=CONFIG, timeout=120)
+    assert died == 1  # one attempt, one dead worker: not four
+    assert requests == (1 if prelude else 0)  # and no second billed request
+    assert not retryable(error) and "memory" in error.message
+
+
+@pytest.mark.parametrize(
+    "death",
+    [
+        pool_errors.WorkerCrashed("worker w1 crashed while running it: SIGSEGV", exit_reason="SIGSEGV"),
+        pool_errors.LimitExceeded("worker memory limit reached (killed)", limit="memory", cause="killed"),
+        pool_errors.ScriptTimeout("no answer within its 1 s deadline; worker w1 was killed"),
+    ],
+    ids=["crashed", "memory", "deadline"],
+)
+def test_blamed_deaths_stop_the_retry_loop_even_if_marked_transient(
+    death: pool_errors.CallFailed,
+) -> None:
+    """Whatever else may mark an error transient, the blame on the call's own script wins."""
+    attempts: list[int] = []
+
+    async def attempt(n: int) -> None:
+        attempts.append(n)
+        error = translate(death)
+        error.transient = True
+        raise error
+
+    import asyncio
+
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(run_with_retries(attempt, InferenceRetryPolicy(attempts=4, base_ms=1)))
+    assert attempts == [1] and info.value.script_blamed
+
+
+def test_a_lost_worker_is_not_blamed_on_the_call() -> None:
+    lost = translate(pool_errors.WorkerLost("worker w1 was lost (SIGKILL)", exit_reason="SIGKILL"))
+    assert not lost.script_blamed
+    thrown = translate(pool_errors.ScriptError("boom", rhai_class="ScriptThrow", value={"kind": "transport"}))
+    assert retryable(thrown) and not thrown.script_blamed  # a script's own transient throw still retries
