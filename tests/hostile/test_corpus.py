@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,16 +28,6 @@ from .arena import ATTACK_TIMEOUT, PLAIN, QUIET, SECRET, Arena, Hostile, corpus,
 
 CORPUS = corpus()
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture(scope="module")
-def arena() -> Iterator[Arena]:
-    started = Arena()
-    try:
-        yield started
-    finally:
-        started.close()
-    assert not started.loop_errors, f"exceptions reached the event loop: {started.loop_errors}"
 
 
 def test_the_corpus_covers_every_category_with_forty_scripts() -> None:
