@@ -93,6 +93,8 @@ async def _events(runtime: ProviderRuntime, name: str, body: dict[str, Any], ten
         except RequestError as exc:
             error = {"class": "Other", "message": f"invalid request: {exc}", "transient": False}
             yield f"event: error\ndata: {json.dumps(error)}\n\n"
+        except ProviderError as exc:  # a script without ``stream`` runs ``inference``, which raises
+            yield f"event: error\ndata: {json.dumps(exc.to_dict(), ensure_ascii=False)}\n\n"
     yield "event: done\ndata: {}\n\n"
 
 

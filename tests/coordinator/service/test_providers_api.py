@@ -1,0 +1,93 @@
+"""Provider operations through the service, against the stand-in API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from service_support import TOKENS, ServiceProcess
+
+from coordinator._cli.demo import GROQ_SCRIPT
+from coordinator.client import ServiceError
+
+PONG = {"model": "standin-small", "messages": [{"role": "user", "content": "Reply with exactly: PONG"}]}
+
+
+@pytest.fixture(scope="module")
+def acme(service: ServiceProcess) -> object:
+    with service.client("acme") as c:
+        c.put_script("provider", "groq", GROQ_SCRIPT.read_text())
+        c.put_script("provider", "thrower", 'fn initialize(c) { #{} }\nfn inference(s, r) { throw "boom" }')
+        c.put_script("provider", "noinference", "fn initialize(c) { #{} }")
+        yield c
+
+
+def test_inference_answers_what_infer_json_prints(acme: object) -> None:
+    answer = acme.inference("groq", PONG)
+    assert answer["content"] == "PONG" and answer["finish_reason"] == "Complete"
+    assert set(answer) >= {"content", "tool_calls", "tokens_used", "finish_reason", "parts"}
+    assert answer["tokens_used"]["total_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("provider", "request_body", "status", "klass"),
+    [
+        ("thrower", PONG, 502, "Other"),
+        ("nosuch", PONG, 404, "Other"),
+        ("noinference", PONG, 422, "Other"),
+        ("groq", {"messages": "not a list"}, 400, "Other"),
+    ],
+)
+def test_inference_errors_are_error_objects(
+    acme: object, provider: str, request_body: dict[str, object], status: int, klass: str
+) -> None:
+    with pytest.raises(ServiceError) as failed:
+        acme.inference(provider, request_body)
+    assert failed.value.status == status
+    assert failed.value.error["class"] == klass and isinstance(failed.value.error["transient"], bool)
+
+
+def test_malformed_inference_body_is_400_error_object(service: ServiceProcess, acme: object) -> None:
+    r = httpx.post(
+        service.url + "/api/providers/groq/inference", content=b"{oops",
+        headers={"Authorization": f"Bearer {TOKENS['acme']}"},
+    )  # fmt: skip
+    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+
+
+def test_stream_with_a_slow_reader_gets_every_chunk(acme: object) -> None:
+    words = " ".join(f"w{i}" for i in range(40))
+    ask = {"model": "standin-small", "messages": [{"role": "user", "content": words}]}
+    deltas = []
+    for item in acme.stream("groq", ask):
+        assert "error" not in item, item
+        deltas.append(item.get("delta") or "")
+        if len(deltas) < 4:
+            time.sleep(0.2)  # a slow reader: the stream waits for it
+    assert "".join(deltas).split() == ["echo:", *words.split()]
+
+
+def test_stream_of_a_failing_provider_sends_an_error_event(acme: object) -> None:
+    items = list(acme.stream("thrower", PONG))
+    assert items and items[-1]["error"]["class"] == "Other"
+
+
+def test_count_tokens_and_models(acme: object) -> None:
+    assert acme.count_tokens("groq", "hello world", "standin-small")["tokens"] > 0
+    models = acme.list_models("groq")
+    assert models["provider"] == "groq"
+    assert [m["id"] for m in models["models"]] == ["standin-small", "standin-large"]
+
+
+def test_another_tenant_cannot_run_a_tenants_provider(service: ServiceProcess, acme: object) -> None:
+    with service.client("globex") as globex:
+        for call in (
+            lambda: globex.inference("groq", PONG),
+            lambda: globex.count_tokens("groq", "x"),
+            lambda: globex.list_models("groq"),
+            lambda: list(globex.stream("groq", PONG)),
+        ):
+            with pytest.raises(ServiceError) as refused:
+                call()
+            assert refused.value.status == 404
