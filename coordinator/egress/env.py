@@ -2,18 +2,22 @@
 
 Single-tenant mode (the default): the provider's ``[model_providers.<name>.env]`` values first, then
 the host environment with credential-shaped names hidden unless allow-listed (``[security]
-allow_env_vars`` or the provider's own ``allow_env_vars``; case-insensitive, exact). Tenant mode: only
-the provider's ``env`` table and the host variables its own ``allow_env_vars`` names.
+allow_env_vars`` or the provider's own ``allow_env_vars``; case-insensitive, exact). On top of SPEC
+§3.19's list, names containing ``PASS``, ``PWD``, ``CREDS``, ``_SK``, ``PEM``, ``WEBHOOK`` or
+``CONNECTION_STRING`` are hidden, and so is a ``*_URI``/``*_URL`` variable whose value carries
+``user:password@``. Tenant mode: only the provider's ``env`` table and the host variables its own
+``allow_env_vars`` names.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["EnvResolver", "is_credential_shaped"]
+__all__ = ["EnvResolver", "carries_password", "is_credential_shaped"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,13 @@ _CONTAINS = (
     "DSN",
     "NETRC",
     "KUBECONFIG",
+    "PASS",
+    "PWD",
+    "CREDS",
+    "_SK",
+    "PEM",
+    "WEBHOOK",
+    "CONNECTION_STRING",
 )
 _EQUALS = frozenset(
     {"DATABASE_URL", "DATABASE_DSN", "REDIS_URL", "MONGO_URL", "MONGODB_URI", "AMQP_URL", "SSH_AUTH_SOCK"}
@@ -46,10 +57,21 @@ _EQUALS = frozenset(
 _PREFIXES = ("LEVIATH_", "RHAIPOOL_", "AWS_", "AZURE_", "GOOGLE_", "GCP_")
 
 
+#: ``user:password@`` in a URL's authority (``scheme://`` optional, the user may be empty).
+_USERINFO_PASSWORD = re.compile(r"(?:^|://)[^/?#@\s]*:[^/?#@\s]*@")
+
+
 def is_credential_shaped(name: str) -> bool:
     """Whether a variable name looks like it holds a secret."""
     upper = name.upper()
     return upper in _EQUALS or upper.startswith(_PREFIXES) or any(part in upper for part in _CONTAINS)
+
+
+def carries_password(name: str, value: str) -> bool:
+    """A ``*_URI``/``*_URL`` variable whose value embeds ``user:password@`` (a connection URL)."""
+    upper = name.upper()
+    is_url_name = upper in ("URI", "URL") or "_URI" in upper or "_URL" in upper
+    return is_url_name and _USERINFO_PASSWORD.search(value) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +107,15 @@ class EnvResolver:
         environ = os.environ if self.environ is None else self.environ
         if self.tenant_mode:
             return environ.get(name) if name.upper() in self.allow else None
-        if is_credential_shaped(name) and name.upper() not in self.allow:
-            if name in environ:
+        if name.upper() in self.allow:
+            return environ.get(name)
+        value = environ.get(name)
+        if is_credential_shaped(name) or (value is not None and carries_password(name, value)):
+            if value is not None:
                 log.warning(
                     "provider %s: env_var(%r) hidden: credential-shaped names need allow_env_vars",
                     self.provider,
                     name,
                 )
             return None
-        return environ.get(name)
+        return value
