@@ -17,7 +17,12 @@
     └── PoolError                       the pool cannot take the call
         ├── PoolClosed                  you closed the pool
         ├── Overloaded                  the bounded queue is full or the wait too long
-        └── NoWorkerAvailable           workers cannot be started
+        ├── NoWorkerAvailable           workers cannot be started
+        └── QuotaExceeded               a tenant's quota refused it           .tenant .quota .limit
+            ├── TooManyCallsInFlight    unfinished calls (queued + running)
+            ├── TooManyCallsQueued      calls waiting for a worker
+            ├── CpuQuotaExceeded        CPU-seconds per minute                .retry_after
+            └── ScriptQuotaExceeded     loaded scripts (count or bytes)
 
 Every error names its cause in ``str()``; the structured fields are for programs.
 """
@@ -32,6 +37,7 @@ __all__ = [
     "CallFailed",
     "Cancelled",
     "CompileError",
+    "CpuQuotaExceeded",
     "HostCallError",
     "LimitExceeded",
     "LoadError",
@@ -42,9 +48,13 @@ __all__ = [
     "PoolError",
     "ProtocolError",
     "Quarantined",
+    "QuotaExceeded",
     "RhaipoolError",
     "ScriptError",
+    "ScriptQuotaExceeded",
     "ScriptTimeout",
+    "TooManyCallsInFlight",
+    "TooManyCallsQueued",
     "WorkerCrashed",
     "WorkerLost",
 ]
@@ -187,3 +197,31 @@ class Overloaded(PoolError):
 
 class NoWorkerAvailable(PoolError):
     """Workers cannot be started (spawn keeps failing)."""
+
+
+class QuotaExceeded(PoolError):
+    """A tenant's quota refused the call or load; ``quota`` names it, ``limit`` is its configured bound."""
+
+    def __init__(self, message: str, *, tenant: str = "", quota: str = "", limit: float = 0) -> None:
+        super().__init__(f"tenant {tenant!r}: {message}" if tenant else message)
+        self.tenant, self.quota, self.limit = tenant, quota, limit
+
+
+class TooManyCallsInFlight(QuotaExceeded):
+    """The tenant already holds ``tenant_max_calls`` unfinished calls (queued or running)."""
+
+
+class TooManyCallsQueued(QuotaExceeded):
+    """The tenant already has ``tenant_max_queued`` calls waiting for a worker."""
+
+
+class CpuQuotaExceeded(QuotaExceeded):
+    """The tenant used its ``tenant_cpu_seconds_per_minute``; ``retry_after`` seconds until room frees."""
+
+    def __init__(self, message: str, *, retry_after: float = 0.0, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.retry_after = retry_after
+
+
+class ScriptQuotaExceeded(QuotaExceeded):
+    """The tenant's loaded scripts (``tenant_max_scripts`` / ``tenant_max_script_bytes``) have no room."""
