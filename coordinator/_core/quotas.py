@@ -128,8 +128,8 @@ class ScriptBook:
 
     def held(self, tenant: str) -> tuple[int, int]:
         """``(scripts, bytes)`` ``tenant`` holds."""
-        book = self._tenants.get(tenant, {})
-        return len(book), sum(book.values())
+        book = self._tenants.get(tenant)
+        return (len(book), sum(book.values())) if book else (0, 0)
 
     @property
     def cached_bytes(self) -> int:
