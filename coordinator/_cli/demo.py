@@ -10,10 +10,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from coordinator.providers.config import parse_config
-from coordinator.providers.response import Chunk
-from coordinator.providers.session import open_runtime
 from coordinator.bench.standin import StandinServer
+from coordinator.providers.config import parse_config
+from coordinator.providers.response import StreamChunk
+from coordinator.providers.session import open_runtime
 
 __all__ = ["EXAMPLES", "GROQ_SCRIPT", "provider_demo"]
 
@@ -55,7 +55,9 @@ async def provider_demo(echo: Callable[[str], None] = print) -> bool:
                 "messages": [{"role": "user", "content": "streamed word by word"}],
             }
             deltas = [
-                c.delta.strip() async for c in runtime.stream("groq", ask) if isinstance(c, Chunk) and c.delta
+                c.delta.strip()
+                async for c in runtime.stream("groq", ask)
+                if isinstance(c, StreamChunk) and c.delta
             ]
             echo(f"  stream    -> {' | '.join(deltas)}")
         return response.content == "PONG"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from coordinator.providers.models import ModelInfo
-from coordinator.providers.response import Chunk, Response, TokenUsage
+from coordinator.providers.response import Response, StreamChunk, TokenUsage
 
 __all__ = ["chunk_text", "models_text", "response_text", "usage_text"]
 
@@ -32,7 +32,7 @@ def response_text(response: Response) -> str:
     return "\n".join(lines)
 
 
-def chunk_text(chunk: Chunk) -> str:
+def chunk_text(chunk: StreamChunk) -> str:
     """What a streamed chunk adds to the terminal."""
     text = chunk.delta
     for call in chunk.tool_calls:

@@ -15,12 +15,12 @@ from typing import Any
 
 import click
 
+from coordinator._cli.provider_present import chunk_text, models_text, response_text
 from coordinator.providers.config import ProviderConfigError, ProvidersConfig, resolve_script
 from coordinator.providers.failures import ProviderError
 from coordinator.providers.loader import ProviderLoadError, ProviderNotFound
-from coordinator._cli.provider_present import chunk_text, models_text, response_text
 from coordinator.providers.request import RequestError
-from coordinator.providers.response import Chunk
+from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.providers.session import open_runtime, read_config, validate_provider
 
@@ -104,7 +104,7 @@ async def _infer(config: ProvidersConfig, name: str, request: Any, stream: bool,
 async def _stream(runtime: ProviderRuntime, name: str, request: Any, as_json: bool) -> int:
     failed = False
     async for item in runtime.stream(name, request):
-        if isinstance(item, Chunk):
+        if isinstance(item, StreamChunk):
             if as_json:
                 click.echo(json.dumps(item.to_dict(), ensure_ascii=False))
             else:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from coordinator.egress.client import CONNECT_TIMEOUT_SECS, MAX_REDIRECTS, Egress
 from coordinator.egress.env import EnvResolver, is_credential_shaped
-from coordinator.egress.errors import HostError
-from coordinator.egress.policy import EgressDenied, EgressPolicy
+from coordinator.egress.errors import EgressDenied, HostError
+from coordinator.egress.policy import EgressPolicy
 from coordinator.egress.sse import SseFramer
 
 __all__ = [

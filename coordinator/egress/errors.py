@@ -1,4 +1,8 @@
-"""What a failed request looks like to a script: the thrown maps of SPEC §3.16, built in one place.
+"""The egress package's exceptions, and what a failed request looks like to a script (SPEC §3.16)::
+
+    RhaipoolError (proto.errors)
+    ├── EgressDenied           the policy refuses this request; nothing was sent
+    └── HostError              a host function failed; ``.value`` is the map thrown into the script
 
 ``HostError.value`` is exactly the map the script's ``catch`` sees; httpx exceptions are translated
 here and nowhere else (STYLE practice 2).
@@ -13,10 +17,10 @@ from typing import Any
 
 import httpx
 
-from coordinator.egress.policy import EgressDenied
 from proto.errors import RhaipoolError
 
 __all__ = [
+    "EgressDenied",
     "denied_error",
     "HostError",
     "MAX_ERROR_BODY_CHARS",
@@ -27,6 +31,10 @@ __all__ = [
 ]
 
 MAX_ERROR_BODY_CHARS = 4096
+
+
+class EgressDenied(RhaipoolError):
+    """The policy refuses this request; nothing was sent."""
 
 
 class HostError(RhaipoolError):

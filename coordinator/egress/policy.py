@@ -18,7 +18,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from proto.errors import RhaipoolError
+from coordinator.egress.errors import EgressDenied
 
 __all__ = [
     "EgressDenied",
@@ -36,10 +36,6 @@ METADATA_ADDRESSES = frozenset(
     for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "192.0.0.192", "fd00:ec2::254")
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-class EgressDenied(RhaipoolError):
-    """The policy refuses this request; nothing was sent."""
 
 
 def host_of(url: str) -> str | None:

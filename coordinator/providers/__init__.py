@@ -2,54 +2,49 @@
 
     ProviderRuntime(PoolExecutor(pool), Egress(), load_config(path))
         .inference(name, request) -> Response          retries, RPM/TPM limits, token guard, job bound
-        .stream(name, request)    -> Chunk | ProviderError items, as produced
+        .stream(name, request)    -> StreamChunk | ProviderError items, as produced
         .count_tokens(provider, text, model) / .list_models(provider) / .lookup(name)
 
 One module per job: ``config`` (tables, paths, discovery), ``metadata`` (directives), ``request``
 (§3.6), ``response``/``parts`` (§3.7–§3.10), ``failures`` (§3.16), ``retry`` (§3.17), ``ratelimit``
-(§3.18), ``loader`` (§3.1/§3.4 load sequence and cache), ``host`` (brokered host functions),
+(§3.18), ``loader`` (§3.1/§3.4 load sequence and cache), ``errors`` (every exception of the package), ``host`` (brokered host functions),
 ``executor`` (the pool boundary), ``runtime`` (entry points), ``cli``/``present``/``session``/``demo``
 (the command line), ``standin`` (a local OpenAI-compatible API for demos, benchmarks and tests).
 """
 
 from __future__ import annotations
 
-from coordinator.providers.config import (
-    ProviderConfigError,
-    ProvidersConfig,
-    ProviderTable,
-    RateLimit,
-    load_config,
-)
-from coordinator.providers.executor import PoolExecutor
-from coordinator.providers.failures import (
+from coordinator.providers.config import ProvidersConfig, ProviderTable, RateLimit, load_config
+from coordinator.providers.errors import (
     ApiError,
     InvalidResponse,
-    Other,
+    ProviderConfigError,
     ProviderError,
+    ProviderLoadError,
+    ProviderNotFound,
     RateLimitExceeded,
+    RequestError,
     RequestFailed,
     TokenLimitExceeded,
     Unavailable,
+    UnclassifiedProviderError,
 )
-from coordinator.providers.loader import LoadedProvider, ProviderLoadError, ProviderNotFound
+from coordinator.providers.executor import PoolExecutor
+from coordinator.providers.loader import LoadedProvider
 from coordinator.providers.metadata import Metadata, MimeRow
 from coordinator.providers.models import Capabilities, ModelInfo
-from coordinator.providers.request import RequestError
-from coordinator.providers.response import Chunk, Response, TokenUsage, ToolCall, ToolCallDelta
+from coordinator.providers.response import Response, ResponseToolCall, StreamChunk, TokenUsage, ToolCallDelta
 from coordinator.providers.runtime import ProviderRuntime
 
 __all__ = [
     "ApiError",
     "Capabilities",
-    "Chunk",
     "InvalidResponse",
     "load_config",
     "LoadedProvider",
     "Metadata",
     "MimeRow",
     "ModelInfo",
-    "Other",
     "PoolExecutor",
     "ProviderConfigError",
     "ProviderError",
@@ -63,9 +58,11 @@ __all__ = [
     "RequestError",
     "RequestFailed",
     "Response",
+    "ResponseToolCall",
+    "StreamChunk",
     "TokenLimitExceeded",
     "TokenUsage",
-    "ToolCall",
     "ToolCallDelta",
     "Unavailable",
+    "UnclassifiedProviderError",
 ]

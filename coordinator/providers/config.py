@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from proto.errors import RhaipoolError
+from coordinator.providers.errors import ProviderConfigError
 
 __all__ = [
     "candidate_names",
@@ -47,10 +47,6 @@ OWN_KEYS = frozenset(
     {"script", "rate_limit", "egress_allow", "allowed_hosts", "env", "allow_env_vars", "max_response_bytes"}
 )
 _DATETIME_KEY = "$__toml_private_datetime"
-
-
-class ProviderConfigError(RhaipoolError):
-    """The configuration file is unreadable or a provider table is invalid."""
 
 
 @dataclass(frozen=True, slots=True)

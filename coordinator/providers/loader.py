@@ -18,11 +18,10 @@ from typing import Any
 from coordinator import errors as pool_errors
 from coordinator.egress import Egress, EgressPolicy, EnvResolver
 from coordinator.providers.config import ProvidersConfig, ProviderTable, refreshed, resolve_script
+from coordinator.providers.errors import ProviderError, ProviderLoadError, ProviderNotFound
 from coordinator.providers.executor import DEFAULT_TENANT, PoolExecutor
-from coordinator.providers.failures import ProviderError
 from coordinator.providers.host import ProviderHost
 from coordinator.providers.metadata import Metadata, parse_metadata
-from proto.errors import RhaipoolError
 
 __all__ = [
     "check_functions",
@@ -38,14 +37,6 @@ log = logging.getLogger(__name__)
 #: Optional entry points, recognised by name *and* arity (a wrong arity means absent).
 OPTIONAL = {"stream": 3, "count_tokens": 3, "list_models": 1, "warm_models": 2}
 _REQUIRED = (("initialize", 1, "config", "parameter"), ("inference", 2, "state, request", "parameters"))
-
-
-class ProviderLoadError(RhaipoolError):
-    """The provider exists but could not be loaded; ``str()`` is the reference's message."""
-
-
-class ProviderNotFound(ProviderLoadError):
-    """No script of that name (or its path was refused)."""
 
 
 @dataclass(eq=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from coordinator.providers.errors import RequestError
 from coordinator.providers.models import Capabilities
 from coordinator.providers.response import to_json_text
 
@@ -24,10 +25,6 @@ __all__ = [
 DEFAULT_TEMPERATURE = 0.7
 _HINTS = frozenset({"Always", "UntilChanged", "RecentlyChanged", "Never"})
 _VOLATILITY = frozenset({"stable", "grows", "rewritten"})
-
-
-class RequestError(ValueError):
-    """The caller's request does not have the documented shape."""
 
 
 def _system(raw: Any) -> list[dict[str, Any]]:

@@ -12,22 +12,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.providers.failures import InvalidResponse
+from coordinator.providers.errors import InvalidResponse, Unconvertible
 from coordinator.providers.metadata import MimeRow
 from coordinator.providers.parts import Part, parse_parts
 
 __all__ = [
-    "Chunk",
     "collapse",
     "finish_reason",
     "parse_chunk",
     "parse_response",
     "parse_usage",
     "Response",
+    "ResponseToolCall",
+    "StreamChunk",
     "to_json_text",
     "to_plain",
     "TokenUsage",
-    "ToolCall",
     "ToolCallDelta",
     "uint",
     "Unconvertible",
@@ -43,10 +43,6 @@ _FINISH = {
     "Stop": "Stop",
     "stop_sequence": "Stop",
 }
-
-
-class Unconvertible(ValueError):
-    """A value with no JSON form (function pointer, custom type...)."""
 
 
 def to_plain(value: Any, depth: int = 0) -> Any:
@@ -127,7 +123,7 @@ def parse_usage(raw: Any) -> TokenUsage:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCall:
+class ResponseToolCall:
     """One tool call of a response; ``arguments`` stays exactly what the script returned."""
 
     id: str
@@ -147,11 +143,11 @@ def _str_or_empty(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _tool_call(item: Any) -> ToolCall:
+def _tool_call(item: Any) -> ResponseToolCall:
     if not isinstance(item, dict):
-        return ToolCall("", "", None)
+        return ResponseToolCall("", "", None)
     sig = item.get("thought_signature")
-    return ToolCall(
+    return ResponseToolCall(
         _str_or_empty(item.get("id")),
         _str_or_empty(item.get("name")),
         item.get("arguments"),
@@ -164,7 +160,7 @@ class Response:
     """A normalised ``inference`` answer."""
 
     content: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ResponseToolCall] = field(default_factory=list)
     tokens_used: TokenUsage = field(default_factory=TokenUsage)
     finish_reason: str = "Complete"
     parts: list[Part] = field(default_factory=list)
@@ -218,7 +214,7 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
-class Chunk:
+class StreamChunk:
     """One streamed piece: text delta, tool-call deltas, usage and finish reason when known."""
 
     delta: str = ""
@@ -255,7 +251,7 @@ def _delta(item: Any) -> ToolCallDelta:
     )
 
 
-def parse_chunk(value: Any, mime_rows: list[MimeRow] | None = None) -> Chunk:
+def parse_chunk(value: Any, mime_rows: list[MimeRow] | None = None) -> StreamChunk:
     """Read a value passed to ``on_chunk.call``; only a value with no JSON form is an error (SPEC §3.11)."""
     try:
         plain = to_plain(value)
@@ -265,7 +261,7 @@ def parse_chunk(value: Any, mime_rows: list[MimeRow] | None = None) -> Chunk:
         plain = {}  # convertible but not a map: every field reads as its default, like the reference
     calls = plain.get("tool_calls")
     reason = plain.get("finish_reason")
-    return Chunk(
+    return StreamChunk(
         delta=_str_or_empty(plain.get("delta")),
         tool_calls=[_delta(c) for c in calls] if isinstance(calls, list) else [],
         tokens=parse_usage(plain["tokens"]) if "tokens" in plain else None,
@@ -318,7 +314,7 @@ def to_json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def collapse(response: Response) -> Chunk:
+def collapse(response: Response) -> StreamChunk:
     """The single chunk a provider without ``stream`` emits (SPEC §3.11)."""
     deltas = [
         ToolCallDelta(
@@ -330,4 +326,4 @@ def collapse(response: Response) -> Chunk:
         )
         for i, call in enumerate(response.tool_calls)
     ]
-    return Chunk(response.content, deltas, response.tokens_used, response.finish_reason, response.parts)
+    return StreamChunk(response.content, deltas, response.tokens_used, response.finish_reason, response.parts)

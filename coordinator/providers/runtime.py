@@ -29,17 +29,17 @@ from coordinator.providers.config import ProvidersConfig
 from coordinator.providers.executor import DEFAULT_TENANT, PoolExecutor, StreamEnd
 from coordinator.providers.failures import (
     InvalidResponse,
-    Other,
     ProviderError,
     TokenLimitExceeded,
+    UnclassifiedProviderError,
 )
 from coordinator.providers.host import ProviderHost
 from coordinator.providers.loader import LoadedProvider, ProviderLoader
 from coordinator.providers.models import Capabilities, ModelInfo, capabilities, parse_models
 from coordinator.providers.ratelimit import Backoff429, RateLimiter
 from coordinator.providers.request import build_request, prompt_text
-from coordinator.providers.response import Chunk, Response, collapse, parse_chunk, parse_response, uint
-from coordinator.providers.retry import RetryPolicy, run_with_retries
+from coordinator.providers.response import Response, StreamChunk, collapse, parse_chunk, parse_response, uint
+from coordinator.providers.retry import InferenceRetryPolicy, run_with_retries
 from coordinator.providers.tokens import count_by_model, estimate_bytes
 
 __all__ = ["JOB_TIMEOUT_SECS", "ProviderRuntime"]
@@ -244,7 +244,7 @@ class ProviderRuntime:
     ) -> Response:
         """Attempts under the retry policy and the whole-job bound."""
         timeout, job = self._timeouts(request)
-        policy = RetryPolicy(self.config.retry_attempts, self.config.retry_base_ms)
+        policy = InferenceRetryPolicy(self.config.retry_attempts, self.config.retry_base_ms)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + job
         try:
@@ -257,7 +257,7 @@ class ProviderRuntime:
                     self.clock,
                 )
         except TimeoutError:
-            raise Other(
+            raise UnclassifiedProviderError(
                 f"inference exceeded the {job:g}s job timeout (request_timeout_secs); "
                 "the provider was still answering or being retried"
             ) from None
@@ -266,7 +266,7 @@ class ProviderRuntime:
 
     async def stream(
         self, name: str, raw_request: Any, *, tenant: str = DEFAULT_TENANT
-    ) -> AsyncIterator[Chunk | ProviderError]:
+    ) -> AsyncIterator[StreamChunk | ProviderError]:
         """Chunks as they are produced; a failure ends the stream with one error item (SPEC §3.11)."""
         provider = await self.get(name, tenant=tenant)
         request = self.request_for(provider, raw_request)

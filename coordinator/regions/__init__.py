@@ -7,7 +7,8 @@ A host loads a region script once, then writes, renders and evicts::
         await region.write("ls -la output", 40, kind="tool_result", tool_call_id="c1", tool_name="shell")
         report = await region.render(RenderMeta(stage_name="plan", model="m1"))
 
-Modules, one job each: ``model`` (entries, blocks, messages), ``tokens`` (estimates),
+Modules, one job each: ``errors`` (every exception of the package), ``model`` (entries, blocks,
+messages), ``tokens`` (estimates),
 ``render`` (§1.6 grammar, §1.7 fallback), ``writes`` (§1.8), ``eviction`` (§1.9 indices),
 ``assembly`` (§1.6.1), ``hooks`` (runner seam and ctx shapes), ``runtime`` (``Region``),
 ``window`` (whole-window eviction and assembly), ``loading`` (§1.2 and the pool runner),
@@ -18,37 +19,36 @@ Modules, one job each: ``model`` (entries, blocks, messages), ``tokens`` (estima
 from __future__ import annotations
 
 from coordinator.regions.assembly import AssembledRequest, RegionOutput, assemble
-from coordinator.regions.hooks import HookOutcome, HookRunner, RenderMeta, ScriptInfo
-from coordinator.regions.loading import (
-    DEFAULT_HOOK_TIMEOUT,
-    PoolHookRunner,
-    RegionLoader,
+from coordinator.regions.errors import (
+    BudgetExceeded,
+    InvalidShape,
+    PinnedOverBudget,
+    RegionFull,
     RegionLoadError,
-    open_region,
-)
-from coordinator.regions.model import Entry, Message, SystemBlock, ToolCall
-from coordinator.regions.reports import (
-    EvictReport,
-    RegionWarning,
     RegionWriteError,
-    RenderReport,
-    WriteReport,
 )
+from coordinator.regions.hooks import HookOutcome, HookRunner, RenderMeta, ScriptInfo
+from coordinator.regions.loading import DEFAULT_HOOK_TIMEOUT, PoolHookRunner, RegionLoader, open_region
+from coordinator.regions.model import Entry, Message, SystemBlock, ToolCall
+from coordinator.regions.reports import EvictReport, RegionWarning, RenderReport, WriteReport
 from coordinator.regions.runtime import Region
-from coordinator.regions.window import BuiltinRegion, PinnedOverBudget, Window, WindowEviction
+from coordinator.regions.window import BuiltinRegion, Window, WindowEviction
 
 __all__ = [
     "DEFAULT_HOOK_TIMEOUT",
     "AssembledRequest",
+    "BudgetExceeded",
     "BuiltinRegion",
     "Entry",
     "EvictReport",
     "HookOutcome",
     "HookRunner",
+    "InvalidShape",
     "Message",
     "PinnedOverBudget",
     "PoolHookRunner",
     "Region",
+    "RegionFull",
     "RegionLoadError",
     "RegionLoader",
     "RegionOutput",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from coordinator.errors import PoolClosed
+from coordinator.regions.errors import RegionLoadError
 from coordinator.regions.hooks import HookOutcome, ScriptInfo
 from coordinator.regions.model import Volatility
 from coordinator.regions.resident import ResidentEntries
@@ -39,10 +40,6 @@ DEFAULT_HOOK_TIMEOUT = 5.0
 
 DEFAULT_TENANT = "default"
 """The tenant of single-user library use: the compile and every hook run as it unless told otherwise."""
-
-
-class RegionLoadError(RhaipoolError):
-    """A hard load-time error: nothing runs, no tokens are spent (§1.2 step 5)."""
 
 
 class RegionPool(Protocol):

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.regions.errors import InvalidShape
 from coordinator.regions.model import Entry, Message, SystemBlock, Volatility
 
 __all__ = [
@@ -20,10 +21,6 @@ __all__ = [
     "fallback_text",
     "interpret_render",
 ]
-
-
-class InvalidShape(ValueError):
-    """The render value breaks the §1.6 grammar; ``str(exc)`` says where."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from coordinator.regions.assembly import RegionOutput
+from coordinator.regions.errors import RegionWriteError
 from coordinator.regions.model import Entry, Message, SystemBlock
 from coordinator.regions.render import RenderOutput
 
@@ -41,10 +42,6 @@ class RegionWarning:
         else:
             where = f"region '{self.region}' (script {self.script}, sha256 {(self.sha256 or '?')[:12]})"
         return f"{where}: {self.hook}: {self.cause}"
-
-
-class RegionWriteError(Exception):
-    """Raised by ``WriteReport.raise_for_error`` for a write the region refused."""
 
 
 @dataclass(frozen=True, slots=True)

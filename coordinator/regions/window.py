@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from coordinator.regions.assembly import AssembledRequest, RegionOutput, assemble
+from coordinator.regions.errors import PinnedOverBudget
 from coordinator.regions.eviction import oldest_group_size
 from coordinator.regions.hooks import RenderMeta
 from coordinator.regions.model import Entry, Message, SystemBlock, Volatility, rust_trim
@@ -34,15 +35,6 @@ _HINTS: dict[str, str] = {
     "temporary": "Never",
     "clearable": "Never",
 }
-
-
-class PinnedOverBudget(Exception):
-    """Pinned, compact-history and persistent custom regions alone exceed the window."""
-
-    def __init__(self, pinned: int, budget: int) -> None:
-        super().__init__(f"Pinned regions ({pinned}) exceed total budget ({budget})")
-        self.pinned = pinned
-        self.budget = budget
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from coordinator.regions.errors import BudgetExceeded, RegionFull
 from coordinator.regions.tokens import estimate_tokens
 
 __all__ = [
@@ -54,23 +55,6 @@ def interpret_on_write(value: Any) -> WriteDecision:
         return WriteDecision("drop")
     kind = type(value).__name__
     return WriteDecision("accept", warning=f"on_write returned a value of type {kind}; accepted unchanged")
-
-
-class BudgetExceeded(Exception):
-    """``TokenBudgetExceeded``: the entry does not fit the region's own budget."""
-
-    def __init__(self, used: int, budget: int) -> None:
-        super().__init__(f"Content exceeds token budget: {used} > {budget}")
-        self.used = used
-        self.budget = budget
-
-
-class RegionFull(Exception):
-    """``RegionFull``: a non-empty ``admission = "reject"`` region refused a write."""
-
-    def __init__(self, name: str, used: int, budget: int) -> None:
-        super().__init__(f"Region '{name}' is full: {used} > {budget} (admission = \"reject\")")
-        self.name = name
 
 
 def over_budget(current: int, incoming: int, budget: int) -> int:

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from coordinator.providers.failures import ProviderError, TokenLimitExceeded
 from coordinator.providers.metadata import parse_metadata
 from coordinator.providers.response import (
-    Chunk,
     Response,
-    ToolCall,
+    ResponseToolCall,
+    StreamChunk,
     collapse,
     parse_chunk,
     parse_response,
@@ -34,12 +34,12 @@ REQ: dict[str, Any] = {"model": "m1", "messages": [{"role": "user", "content": "
 INIT = "fn initialize(config) { config }\n"
 
 
-def _stream(harness: Harness, body: str) -> list[Chunk | ProviderError]:
+def _stream(harness: Harness, body: str) -> list[StreamChunk | ProviderError]:
     harness.write(
         "p", INIT + "fn inference(s, r) { #{} }\nfn stream(state, request, on_chunk) { " + body + " }"
     )
 
-    async def collect(rt: ProviderRuntime) -> list[Chunk | ProviderError]:
+    async def collect(rt: ProviderRuntime) -> list[StreamChunk | ProviderError]:
         return [item async for item in rt.stream("p", REQ)]
 
     return harness.run(collect)
@@ -66,9 +66,9 @@ def test_overloaded_entry_points_are_accepted(harness: Harness) -> None:
 def test_convertible_non_map_chunk_is_an_empty_chunk(harness: Harness) -> None:
     """A string passed to on_chunk converts to JSON fine; its fields read as defaults, no error item."""
     items = _stream(harness, 'on_chunk.call("just text"); on_chunk.call(#{delta: "a"});')
-    assert all(isinstance(i, Chunk) for i in items), items
-    assert [i.delta for i in items if isinstance(i, Chunk)] == ["", "a"]
-    assert parse_chunk(5) == Chunk()
+    assert all(isinstance(i, StreamChunk) for i in items), items
+    assert [i.delta for i in items if isinstance(i, StreamChunk)] == ["", "a"]
+    assert parse_chunk(5) == StreamChunk()
 
 
 def test_chunk_tool_call_index_is_unsigned(harness: Harness) -> None:
@@ -78,7 +78,7 @@ def test_chunk_tool_call_index_is_unsigned(harness: Harness) -> None:
         'on_chunk.call(#{tool_calls: [#{index: -3, arguments_delta: "x"}, #{index: 2.0}, #{index: 4}]});',
     )
     (chunk,) = items
-    assert isinstance(chunk, Chunk)
+    assert isinstance(chunk, StreamChunk)
     assert [d.index for d in chunk.tool_calls] == [0, 0, 4]
 
 
@@ -133,15 +133,17 @@ def test_collapse_writes_floats_like_serde_json(harness: Harness) -> None:
         'parse_json("{\\"x\\":1e-7,\\"y\\":1e21,\\"z\\":0.00001,\\"w\\":1e16,\\"v\\":1.5,\\"u\\":-2.5e-300}")}]} }',
     )
 
-    async def body(rt: ProviderRuntime) -> list[Chunk | ProviderError]:
+    async def body(rt: ProviderRuntime) -> list[StreamChunk | ProviderError]:
         return [item async for item in rt.stream("p", REQ)]
 
     (chunk,) = harness.run(body)
-    assert isinstance(chunk, Chunk)
+    assert isinstance(chunk, StreamChunk)
     assert chunk.tool_calls[0].arguments_delta == (
         '{"u":-2.5e-300,"v":1.5,"w":1e16,"x":1e-7,"y":1e21,"z":0.00001}'
     )
-    plain = collapse(Response(tool_calls=[ToolCall("c", "f", {"a": 3.0, "b": 123456789.125, "c": 1e-5})]))
+    plain = collapse(
+        Response(tool_calls=[ResponseToolCall("c", "f", {"a": 3.0, "b": 123456789.125, "c": 1e-5})])
+    )
     assert plain.tool_calls[0].arguments_delta == '{"a":3.0,"b":123456789.125,"c":0.00001}'
 
 

@@ -8,10 +8,10 @@ from coordinator.providers.failures import (
     FAILURE_KINDS,
     ApiError,
     InvalidResponse,
-    Other,
     RateLimitExceeded,
     RequestFailed,
     Unavailable,
+    UnclassifiedProviderError,
     classify_thrown,
     error_from_dict,
 )
@@ -30,7 +30,7 @@ def test_pb6_transient_throw() -> None:
         ("server", RequestFailed, True),
         ("api", ApiError, False),
         ("invalid_response", InvalidResponse, False),
-        ("weird", Other, False),
+        ("weird", UnclassifiedProviderError, False),
     ],
 )
 def test_pb10_kind_mapping(kind: str, cls: type, transient: bool) -> None:
@@ -93,7 +93,7 @@ def test_api_capacity_texts_use_capacity_schedule() -> None:
 )
 def test_pb12_plain_throw_is_other(value: object, text: str) -> None:
     err = classify_thrown(value)
-    assert type(err) is Other and err.message == text and not err.transient
+    assert type(err) is UnclassifiedProviderError and err.message == text and not err.transient
 
 
 def test_pb19_failure_kind() -> None:

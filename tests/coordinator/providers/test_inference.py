@@ -12,11 +12,11 @@ from coordinator.providers.clock import ManualClock
 from coordinator.providers.failures import (
     ApiError,
     InvalidResponse,
-    Other,
     ProviderError,
     RateLimitExceeded,
     RequestFailed,
     Unavailable,
+    UnclassifiedProviderError,
 )
 from coordinator.providers.runtime import ProviderRuntime
 
@@ -157,14 +157,14 @@ def test_pb11_unavailable_and_pb12_plain_throw(harness: Harness) -> None:
     err = infer_error(harness, 'throw #{kind:"api", message:"HTTP 402 Payment Required: ..."}')
     assert type(err) is Unavailable and err.reason == "credits-exhausted"
     err = infer_error(harness, 'throw "oops"')
-    assert type(err) is Other and err.message == "oops"
+    assert type(err) is UnclassifiedProviderError and err.message == "oops"
 
 
 def test_runtime_errors_and_limits_are_other(harness: Harness) -> None:
     err = infer_error(harness, "let x = 1; x.no_such_method()")
-    assert type(err) is Other and "no_such_method" in err.message
+    assert type(err) is UnclassifiedProviderError and "no_such_method" in err.message
     err = infer_error(harness, "loop {}")
-    assert type(err) is Other and "operations" in err.message
+    assert type(err) is UnclassifiedProviderError and "operations" in err.message
 
 
 def test_pb13_system_block_facts(harness: Harness) -> None:
@@ -243,7 +243,7 @@ def test_pe9_unreadable_content_type(harness: Harness) -> None:
 def test_http_post_with_a_map_body_is_function_not_found(harness: Harness) -> None:
     harness.table("p", base_url=harness.server.url)
     err = infer_error(harness, "http_post(`${state.base_url}/echo`, #{a: 1}); #{}")
-    assert type(err) is Other and "http_post" in err.message
+    assert type(err) is UnclassifiedProviderError and "http_post" in err.message
 
 
 def test_transient_server_errors_are_retried_then_succeed(harness: Harness) -> None:
@@ -308,7 +308,7 @@ def test_egress_refusals_reach_the_script(harness: Harness, allow: list[str] | N
 def test_metadata_address_refused_even_by_name(harness: Harness) -> None:
     harness.table("p", base_url="http://169.254.169.254/latest", egress_allow=[])
     err = infer_error(harness, "http_get(`${state.base_url}/meta-data`); #{}")
-    assert type(err) is Other and "egress refused" in err.message
+    assert type(err) is UnclassifiedProviderError and "egress refused" in err.message
 
 
 def test_other_hosts_refused(harness: Harness) -> None:

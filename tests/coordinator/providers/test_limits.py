@@ -8,9 +8,15 @@ import pytest
 
 from coordinator.providers.clock import ManualClock
 from coordinator.providers.config import RateLimit
-from coordinator.providers.failures import ApiError, Other, ProviderError, RateLimitExceeded, RequestFailed
+from coordinator.providers.failures import (
+    ApiError,
+    ProviderError,
+    RateLimitExceeded,
+    RequestFailed,
+    UnclassifiedProviderError,
+)
 from coordinator.providers.ratelimit import Backoff429, RateLimiter
-from coordinator.providers.retry import RetryPolicy, run_with_retries
+from coordinator.providers.retry import InferenceRetryPolicy, run_with_retries
 
 
 def test_pf8_rpm_sixth_waits_until_a_minute_after_the_first() -> None:
@@ -71,7 +77,9 @@ def test_429_backoff_schedule() -> None:
     assert b.on_429(None) == 1
 
 
-def retry(errors: list[ProviderError], policy: RetryPolicy) -> tuple[list[float], int, BaseException | None]:
+def retry(
+    errors: list[ProviderError], policy: InferenceRetryPolicy
+) -> tuple[list[float], int, BaseException | None]:
     clock = ManualClock()
     calls = 0
 
@@ -91,28 +99,30 @@ def retry(errors: list[ProviderError], policy: RetryPolicy) -> tuple[list[float]
 
 
 def test_pf11_transient_schedule() -> None:
-    sleeps, calls, failure = retry([RequestFailed("x")] * 4, RetryPolicy(4, 1000))
+    sleeps, calls, failure = retry([RequestFailed("x")] * 4, InferenceRetryPolicy(4, 1000))
     assert sleeps == [1.0, 2.0, 4.0] and calls == 4 and isinstance(failure, RequestFailed)
 
 
 def test_pf11_capacity_schedule_and_permanent() -> None:
-    sleeps, _, _ = retry([RateLimitExceeded("r", capacity=True)] * 4, RetryPolicy(4, 1000))
+    sleeps, _, _ = retry([RateLimitExceeded("r", capacity=True)] * 4, InferenceRetryPolicy(4, 1000))
     assert sleeps == [15.0, 30.0, 60.0]
     sleeps, _, _ = retry(
-        [ApiError("HTTP 529 overloaded", transient=True, capacity=True)] * 4, RetryPolicy(4, 1000)
+        [ApiError("HTTP 529 overloaded", transient=True, capacity=True)] * 4, InferenceRetryPolicy(4, 1000)
     )
     assert sleeps == [15.0, 30.0, 60.0]
-    sleeps, calls, failure = retry([Other("no")], RetryPolicy(4, 1000))
-    assert sleeps == [] and calls == 1 and isinstance(failure, Other)
-    sleeps, calls, failure = retry([RequestFailed("x")] * 2, RetryPolicy(4, 1000))
+    sleeps, calls, failure = retry([UnclassifiedProviderError("no")], InferenceRetryPolicy(4, 1000))
+    assert sleeps == [] and calls == 1 and isinstance(failure, UnclassifiedProviderError)
+    sleeps, calls, failure = retry([RequestFailed("x")] * 2, InferenceRetryPolicy(4, 1000))
     assert calls == 3 and failure is None and sleeps == [1.0, 2.0]
 
 
 def test_pf11_total_sleep_never_exceeds_300s() -> None:
-    sleeps, calls, _ = retry([RateLimitExceeded("r", capacity=True)] * 20, RetryPolicy(20, 1000))
+    sleeps, calls, _ = retry([RateLimitExceeded("r", capacity=True)] * 20, InferenceRetryPolicy(20, 1000))
     assert sum(sleeps) == pytest.approx(300.0)
     assert calls == 20
-    sleeps, _, _ = retry([RequestFailed("x")] * 12, RetryPolicy(12, 100_000))
+    sleeps, _, _ = retry([RequestFailed("x")] * 12, InferenceRetryPolicy(12, 100_000))
     assert sum(sleeps) <= 300.0
-    sleeps, _, _ = retry([RateLimitExceeded("r", capacity=True, retry_after=90)] * 2, RetryPolicy(2, 1000))
+    sleeps, _, _ = retry(
+        [RateLimitExceeded("r", capacity=True, retry_after=90)] * 2, InferenceRetryPolicy(2, 1000)
+    )
     assert sleeps == [60.0]

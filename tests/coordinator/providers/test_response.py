@@ -8,8 +8,8 @@ from coordinator.providers.failures import InvalidResponse
 from coordinator.providers.metadata import MimeRow
 from coordinator.providers.response import (
     Response,
+    ResponseToolCall,
     TokenUsage,
-    ToolCall,
     collapse,
     finish_reason,
     parse_chunk,
@@ -77,10 +77,10 @@ def test_pb15_tool_calls_passthrough() -> None:
             ]
         }
     )
-    assert r.tool_calls[0] == ToolCall("t1", "a", '{"x":1}', "sig")
-    assert r.tool_calls[1] == ToolCall("t2", "b", {"y": 2}, None)
-    assert r.tool_calls[2] == ToolCall("", "", None, None)
-    assert r.tool_calls[3] == ToolCall("", "", None, None)
+    assert r.tool_calls[0] == ResponseToolCall("t1", "a", '{"x":1}', "sig")
+    assert r.tool_calls[1] == ResponseToolCall("t2", "b", {"y": 2}, None)
+    assert r.tool_calls[2] == ResponseToolCall("", "", None, None)
+    assert r.tool_calls[3] == ResponseToolCall("", "", None, None)
 
 
 def test_pb16_usage_normalisation() -> None:
@@ -159,7 +159,7 @@ def test_chunk_subtleties() -> None:
 
 
 def test_pc5_collapse() -> None:
-    r = Response("whole", [ToolCall("c1", "f", {"b": 1, "a": [1]})], TokenUsage(1, 2, 3), "ToolCall")
+    r = Response("whole", [ResponseToolCall("c1", "f", {"b": 1, "a": [1]})], TokenUsage(1, 2, 3), "ToolCall")
     c = collapse(r)
     assert c.delta == "whole" and c.finish_reason == "ToolCall" and c.tokens == TokenUsage(1, 2, 3)
     assert [(t.index, t.id, t.name, t.arguments_delta) for t in c.tool_calls] == [

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.providers.failures import Other, ProviderError
-from coordinator.providers.response import Chunk
+from coordinator.providers.failures import ProviderError, UnclassifiedProviderError
+from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 
 from .harness import Harness
@@ -18,7 +18,7 @@ REQ: dict[str, Any] = {"model": "m1", "messages": [{"role": "user", "content": "
 INIT = 'fn initialize(config) { config }\nfn inference(state, request) { #{content: "unused"} }\n'
 
 
-def stream(harness: Harness, body: str, *, inference: str | None = None) -> list[Chunk | ProviderError]:
+def stream(harness: Harness, body: str, *, inference: str | None = None) -> list[StreamChunk | ProviderError]:
     if inference is None:
         harness.write("p", INIT + f"fn stream(state, request, on_chunk) {{ {body} }}\n")
     else:
@@ -27,7 +27,7 @@ def stream(harness: Harness, body: str, *, inference: str | None = None) -> list
         )
     harness.table("p", base_url=harness.server.url)
 
-    async def collect(rt: ProviderRuntime) -> list[Chunk | ProviderError]:
+    async def collect(rt: ProviderRuntime) -> list[StreamChunk | ProviderError]:
         return [item async for item in rt.stream("p", REQ)]
 
     return harness.run(collect)
@@ -45,9 +45,9 @@ def test_pc1_native_stream(harness: Harness) -> None:
         " let data = parse_sse(c); on_chunk.call(#{delta: data.d}); });"
         ' on_chunk.call(#{delta: "", finish_reason: "Complete", tokens: #{total_tokens: 4}});',
     )
-    assert [c.delta for c in items if isinstance(c, Chunk)] == ["a", "b", ""]
+    assert [c.delta for c in items if isinstance(c, StreamChunk)] == ["a", "b", ""]
     last = items[-1]
-    assert isinstance(last, Chunk) and last.finish_reason == "Complete" and last.tokens is not None
+    assert isinstance(last, StreamChunk) and last.finish_reason == "Complete" and last.tokens is not None
     assert last.tokens.total_tokens == 4
 
 
@@ -57,13 +57,13 @@ def test_pc2_mid_stream_transport_error(harness: Harness) -> None:
         'stream_request(`${state.base_url}/sse-broken`, "{}", #{}, |c| {'
         " on_chunk.call(#{delta: parse_sse(c).d}); });",
     )
-    assert isinstance(items[0], Chunk) and items[0].delta == "a"
+    assert isinstance(items[0], StreamChunk) and items[0].delta == "a"
     assert len(items) == 2 and isinstance(items[1], ProviderError) and items[1].transient
 
 
 def test_pc3_stream_throws(harness: Harness) -> None:
     items = stream(harness, 'throw #{message:"boom", transient:false}')
-    assert len(items) == 1 and type(items[0]) is Other and items[0].message == "boom"
+    assert len(items) == 1 and type(items[0]) is UnclassifiedProviderError and items[0].message == "boom"
 
 
 def test_pc4_callback_throws(harness: Harness) -> None:
@@ -72,7 +72,7 @@ def test_pc4_callback_throws(harness: Harness) -> None:
         'on_chunk.call(#{delta: "x"}); stream_request(`${state.base_url}/sse-raw`,'
         ' "data: 1\\n\\n", #{}, |c| { throw "callback boom" });',
     )
-    assert isinstance(items[0], Chunk) and items[0].delta == "x"
+    assert isinstance(items[0], StreamChunk) and items[0].delta == "x"
     assert isinstance(items[-1], ProviderError) and "callback boom" in items[-1].message
 
 
@@ -85,12 +85,12 @@ def test_pc5_collapsed_fallback(harness: Harness) -> None:
     )
     assert len(items) == 1
     chunk = items[0]
-    assert isinstance(chunk, Chunk) and chunk.delta == "whole" and chunk.finish_reason == "ToolCall"
+    assert isinstance(chunk, StreamChunk) and chunk.delta == "whole" and chunk.finish_reason == "ToolCall"
     assert [(t.index, t.id, t.arguments_delta) for t in chunk.tool_calls] == [(0, "c", '{"a":1}')]
 
 
 def test_pc5_throwing_inference_errors_the_stream_itself(harness: Harness) -> None:
-    with pytest.raises(Other, match="nope"):
+    with pytest.raises(UnclassifiedProviderError, match="nope"):
         stream(harness, "", inference='throw "nope"')
 
 
@@ -101,9 +101,13 @@ def test_pc6_chunk_parsing_through_the_pool(harness: Harness) -> None:
         ' tokens: #{total_tokens: 9}, finish_reason: "stop"}); on_chunk.call(#{delta: "tok"});',
     )
     first, second = items
-    assert isinstance(first, Chunk) and first.tool_calls[0].index == 2 and first.finish_reason == "Complete"
+    assert (
+        isinstance(first, StreamChunk)
+        and first.tool_calls[0].index == 2
+        and first.finish_reason == "Complete"
+    )
     assert first.tokens is not None and first.tokens.total_tokens == 9
-    assert isinstance(second, Chunk) and second.tokens is None and second.finish_reason is None
+    assert isinstance(second, StreamChunk) and second.tokens is None and second.finish_reason is None
 
 
 def test_pc9_sse_framing_through_the_script(harness: Harness) -> None:
@@ -113,7 +117,7 @@ def test_pc9_sse_framing_through_the_script(harness: Harness) -> None:
         f'stream_request(`${{state.base_url}}/sse-raw`, "{raw}", #{{}},'
         " |c| { on_chunk.call(#{delta: c}); });",
     )
-    assert [c.delta for c in items if isinstance(c, Chunk)] == ['{"a":1}', '{"b":2}']
+    assert [c.delta for c in items if isinstance(c, StreamChunk)] == ['{"a":1}', '{"b":2}']
 
 
 def test_http_error_thrown_before_any_callback(harness: Harness) -> None:
@@ -122,7 +126,9 @@ def test_http_error_thrown_before_any_callback(harness: Harness) -> None:
         'let n = 0; try { stream_request(`${state.base_url}/status/500`, "{}", #{},'
         " |c| { n += 1; }); } catch (e) { on_chunk.call(#{delta: `${n}|${e.kind}|${e.message}`}); }",
     )
-    assert isinstance(items[0], Chunk) and items[0].delta.startswith("0|api|HTTP 500 Internal Server Error")
+    assert isinstance(items[0], StreamChunk) and items[0].delta.startswith(
+        "0|api|HTTP 500 Internal Server Error"
+    )
 
 
 def test_chunks_arrive_as_they_are_produced(harness: Harness) -> None:
@@ -159,7 +165,7 @@ def test_slow_consumer_applies_backpressure(harness: Harness) -> None:
     async def slow(rt: ProviderRuntime) -> int:
         got = 0
         async for item in rt.stream("p", REQ):
-            assert isinstance(item, Chunk)
+            assert isinstance(item, StreamChunk)
             got += 1
             if got < 20:
                 await asyncio.sleep(0.02)
@@ -191,7 +197,7 @@ def test_unconvertible_chunk_is_an_error_item_and_the_stream_goes_on(harness: Ha
     items = stream(
         harness, 'on_chunk.call(#{delta: "a"}); on_chunk.call(#{delta: |x| x}); on_chunk.call(#{delta: "b"});'
     )
-    assert [type(i).__name__ for i in items] == ["Chunk", "InvalidResponse", "Chunk"]
+    assert [type(i).__name__ for i in items] == ["StreamChunk", "InvalidResponse", "StreamChunk"]
 
 
 def test_a_consumer_that_stops_early_cancels_the_script(harness: Harness) -> None:
@@ -204,7 +210,7 @@ def test_a_consumer_that_stops_early_cancels_the_script(harness: Harness) -> Non
         async with contextlib.aclosing(rt.stream("p", REQ)) as items:
             taken = []
             async for item in items:
-                assert isinstance(item, Chunk)
+                assert isinstance(item, StreamChunk)
                 taken.append(item.delta)
                 if len(taken) == 2:
                     break

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.providers.failures import InvalidResponse, Other, TokenLimitExceeded
+from coordinator.providers.failures import InvalidResponse, TokenLimitExceeded, UnclassifiedProviderError
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.providers.tokens import count_by_model
 
@@ -81,7 +81,7 @@ def test_pd5_list_models(harness: Harness) -> None:
 
 
 def test_list_models_error_propagates(harness: Harness) -> None:
-    with pytest.raises(Other, match="down"):
+    with pytest.raises(UnclassifiedProviderError, match="down"):
         models(harness, 'fn list_models(s) { throw "down" }')
 
 

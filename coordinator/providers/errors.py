@@ -1,0 +1,141 @@
+"""The provider runtime's exceptions, one module so the package's part of the tree reads in one place::
+
+    RhaipoolError (proto.errors)
+    ├── ProviderConfigError            the configuration file is unreadable or a table is invalid
+    ├── ProviderLoadError              the provider exists but could not be loaded
+    │   └── ProviderNotFound           no script of that name (or its path was refused)
+    ├── RequestError                   the caller's request lacks the documented shape (also ValueError)
+    ├── Unconvertible                  a script value with no JSON form (also ValueError)
+    └── ProviderError                  a provider call failed (SPEC §3.16); ``transient`` drives retries
+        ├── RateLimitExceeded          transient, capacity schedule
+        ├── RequestFailed              transient (transport, server, ``transient: true``)
+        ├── ApiError                   transient only when its text names a capacity/server condition
+        ├── Unavailable                permanent; credits-exhausted / auth-failed / forbidden (fail over)
+        ├── InvalidResponse            permanent
+        ├── TokenLimitExceeded         permanent; the request was never sent
+        └── UnclassifiedProviderError  permanent (plain throws, Rhai errors, our own limits)
+
+``ProviderError.class_name`` is the class a caller sees in ``{"class", "message", "transient"}``
+(SPEC §4): the reference's names, so ``UnclassifiedProviderError`` still reports ``"Other"``.
+How a thrown value maps onto these classes is ``coordinator.providers.failures``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from proto.errors import RhaipoolError
+
+__all__ = [
+    "ApiError",
+    "InvalidResponse",
+    "ProviderConfigError",
+    "ProviderError",
+    "ProviderLoadError",
+    "ProviderNotFound",
+    "RateLimitExceeded",
+    "RequestError",
+    "RequestFailed",
+    "TokenLimitExceeded",
+    "Unavailable",
+    "UnclassifiedProviderError",
+    "Unconvertible",
+]
+
+
+class ProviderConfigError(RhaipoolError):
+    """The configuration file is unreadable or a provider table is invalid."""
+
+
+class ProviderLoadError(RhaipoolError):
+    """The provider exists but could not be loaded; ``str()`` is the reference's message."""
+
+
+class ProviderNotFound(ProviderLoadError):
+    """No script of that name (or its path was refused)."""
+
+
+class RequestError(RhaipoolError, ValueError):
+    """The caller's request does not have the documented shape (still a ``ValueError``)."""
+
+
+class Unconvertible(RhaipoolError, ValueError):
+    """A value with no JSON form (function pointer, custom type...) (still a ``ValueError``)."""
+
+
+class ProviderError(RhaipoolError):
+    """A provider call failed; ``transient`` says whether the retry loop may try again."""
+
+    class_name: ClassVar[str] = "Other"
+    default_transient: ClassVar[bool] = False
+    script_blamed: bool = False
+    """The pool blamed the call's own script (crash, budget, deadline): never retried."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool | None = None,
+        capacity: bool = False,
+        reason: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.transient = self.default_transient if transient is None else transient
+        self.capacity = capacity
+        self.reason = reason
+        self.retry_after = retry_after
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``{"class", "message", "transient"}`` shape of SPEC §4 (``rhaipool infer --json``)."""
+        out: dict[str, Any] = {"class": self.class_name, "message": self.message, "transient": self.transient}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+class RateLimitExceeded(ProviderError):
+    """The provider answered 429 (or the script said ``kind: "rate_limited"``)."""
+
+    class_name = "RateLimitExceeded"
+    default_transient = True
+
+
+class RequestFailed(ProviderError):
+    """Transport or server trouble; retried, and after the last attempt counted as unreachable."""
+
+    class_name = "RequestFailed"
+    default_transient = True
+
+
+class ApiError(ProviderError):
+    """The API refused the request; transient only for capacity and server-side texts."""
+
+    class_name = "ApiError"
+
+
+class Unavailable(ProviderError):
+    """Credits exhausted, key refused or access forbidden: fail over, do not retry."""
+
+    class_name = "Unavailable"
+
+
+class InvalidResponse(ProviderError):
+    """The script's answer has the wrong shape."""
+
+    class_name = "InvalidResponse"
+    unconvertible = False
+    """The script returned a value with no JSON form (rather than throwing ``invalid_response``)."""
+
+
+class TokenLimitExceeded(ProviderError):
+    """The request would not fit the model's window; it was never sent."""
+
+    class_name = "TokenLimitExceeded"
+
+
+class UnclassifiedProviderError(ProviderError):
+    """Everything else: plain throws, Rhai runtime errors, exceeded sandbox limits (class ``Other``)."""
+
+    class_name = "Other"
