@@ -8,8 +8,10 @@ Two checks, both on the coordinator side:
 * by **address**, at connect time, on the address actually connected to (so a name that resolves to
   a private address, or DNS rebinding, cannot reach the inside): anything that is not a global
   unicast address -- loopback, private, link-local, carrier-grade NAT, multicast, unspecified, the
-  cloud metadata addresses -- is refused unless ``egress_allow`` lists the host name, the address or
-  a CIDR range that contains it.
+  cloud metadata addresses, deprecated site-local ``fec0::/10`` -- is refused unless ``egress_allow``
+  lists the host name, the address or a CIDR range that contains it. An IPv6 form that carries an
+  IPv4 address (mapped, translated, compatible, 6to4, NAT64) is judged by the IPv4 address it
+  reaches (``coordinator.egress.addresses``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from coordinator.egress.addresses import IPAddress, is_site_local, reached_ipv4
 from coordinator.egress.errors import EgressDenied
 
 __all__ = [
@@ -27,7 +30,6 @@ __all__ = [
     "METADATA_ADDRESSES",
 ]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 #: Cloud instance-metadata endpoints, refused even though some are not "private" by the RFCs.
@@ -35,7 +37,6 @@ METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a)
     for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "192.0.0.192", "fd00:ec2::254")
 )
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 def host_of(url: str) -> str | None:
@@ -58,16 +59,6 @@ def _parse_allow(entries: tuple[str, ...]) -> tuple[frozenset[str], tuple[IPNetw
         except ValueError:
             names.add(text.lower().rstrip("."))
     return frozenset(names), tuple(nets)
-
-
-def _embedded_v4(ip: IPAddress) -> IPAddress:
-    """The IPv4 address hidden in an IPv4-mapped or NAT64 IPv6 address, else the address itself."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        if ip in _NAT64:
-            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,13 +111,17 @@ class EgressPolicy:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
         if host.lower().rstrip(".") in self.allow_names:
             return True
-        candidates = (ip, _embedded_v4(ip))
-        if any(c.version == n.version and c in n for c in candidates for n in self.allow_networks):
+        embedded = reached_ipv4(ip)  # an IPv6 form is judged by every IPv4 address it may reach too
+        if self._listed(ip) or (embedded and all(self._listed(c) for c in embedded)):
             return True
-        if any(c in METADATA_ADDRESSES for c in candidates):
+        if any(c in METADATA_ADDRESSES for c in (ip, *embedded)):
             return False
-        inner = candidates[1]
-        return inner.is_global and not inner.is_multicast and not ip.is_multicast
+        if embedded:
+            return all(c.is_global and not c.is_multicast for c in embedded)
+        return ip.is_global and not ip.is_multicast and not is_site_local(ip)
+
+    def _listed(self, ip: IPAddress) -> bool:
+        return any(ip.version == n.version and ip in n for n in self.allow_networks)
 
     def check_address(self, host: str, address: str) -> None:
         """Raise EgressDenied for an address the provider may not reach."""
