@@ -8,6 +8,7 @@ a lazy import is still a dependency.
               ▲        ▲        ▲
          regions   providers ──▶ egress   (applications of the pool; never each other)
               ▲        ▲
+    coordinator.service                   (rhaipool serve: an application; the library never imports it)
     coordinator._cli, coordinator.bench   (the command line and benchmarks; nothing imports them)
 """
 
@@ -98,6 +99,16 @@ def test_regions_and_providers_never_import_each_other(package: str, other: str)
 @pytest.mark.parametrize("package", ["_core", "regions", "providers", "egress"])
 def test_library_never_imports_the_command_line(package: str) -> None:
     assert violations(COORDINATOR / package, ("coordinator._cli", "coordinator.bench")) == []
+
+
+@pytest.mark.parametrize("package", ["_core", "regions", "providers", "egress"])
+def test_library_never_imports_the_service(package: str) -> None:
+    """``rhaipool serve`` is an application of the library, like the command line."""
+    assert violations(COORDINATOR / package, ("coordinator.service", "coordinator.client")) == []
+
+
+def test_the_service_never_imports_the_command_line() -> None:
+    assert violations(COORDINATOR / "service", ("coordinator._cli", "coordinator.bench")) == []
 
 
 def test_egress_knows_no_provider_or_region() -> None:
