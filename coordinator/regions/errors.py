@@ -45,8 +45,11 @@ class BudgetExceeded(RhaipoolError):
 class RegionFull(RhaipoolError):
     """``RegionFull``: a non-empty ``admission = "reject"`` region refused a write."""
 
-    def __init__(self, name: str, used: int, budget: int) -> None:
-        super().__init__(f"Region '{name}' is full: {used} > {budget} (admission = \"reject\")")
+    def __init__(self, name: str, held: int, budget: int) -> None:
+        super().__init__(
+            f"Region '{name}' is full ({held}/{budget} tokens) and does not evict automatically"
+            " - release an entry before adding another"
+        )
         self.name = name
 
 

@@ -2,7 +2,7 @@
 //!
 //! Every limit is set explicitly so debug and release builds behave the same
 //! (Rhai's defaults differ between them). Built in and not optional: no module
-//! resolver and `eval`/`import`/`export` rejected at compile time; `print`/`debug`
+//! resolver (`import` fails at run time) and `eval` rejected at compile time; `print`/`debug`
 //! captured per call; `sleep` bounded by the call's deadline; correct `to_json`
 //! and `parse_json`. Python functions registered later rebuild the engine; a
 //! `Script` keeps the engine it was compiled with.
@@ -237,10 +237,10 @@ impl Engine {
 fn build(l: &Limits, json_functions: bool) -> rhai::Engine {
     let mut e = rhai::Engine::new_raw();
     e.register_global_module(std_package());
+    // No resolver: every `import` fails at run time ("Module not found"), as in the reference
+    // runtime, which compiles `import`/`export`; only `eval` is refused at compile time.
     e.set_module_resolver(DummyModuleResolver::new());
-    for kw in ["eval", "import", "export"] {
-        e.disable_symbol(kw);
-    }
+    e.disable_symbol("eval");
     e.set_max_operations(l.max_operations)
         .set_max_call_levels(l.max_call_levels)
         .set_max_expr_depths(l.max_expr_depth, l.max_function_expr_depth)
@@ -249,7 +249,7 @@ fn build(l: &Limits, json_functions: bool) -> rhai::Engine {
         .set_max_map_size(l.max_map_size)
         .set_max_variables(l.max_variables)
         .set_max_functions(l.max_functions)
-        .set_max_modules(0);
+        .set_max_modules(usize::MAX); // a cap of 0 would fail `import` as "Too many modules"
     e.on_progress(context::on_progress);
     e.on_print(|s| {
         context::with_top(|st| st.record_output(s));

@@ -269,9 +269,9 @@ def region_compacting(*args: Any) -> dict[str, Any]:
 
 
 def region_custom(*args: Any) -> dict[str, Any]:
-    """``region_custom(script, persistent)`` -> ``#{kind: "custom", script, pinned}``."""
+    """``region_custom(script, persistent)`` -> ``#{kind: "custom", script, persistent}``."""
     _check("region_custom", args, "string", "bool")
-    return {"kind": "custom", "script": args[0], "pinned": args[1]}
+    return {"kind": "custom", "script": args[0], "persistent": args[1]}
 
 
 def region_entry(*args: Any) -> dict[str, Any]:

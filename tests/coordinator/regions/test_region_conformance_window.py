@@ -116,10 +116,11 @@ def test_re2_print_and_debug_are_no_ops(pooled: Pooled) -> None:
 
 def test_re3_import_and_eval_fail(pooled: Pooled) -> None:
     assert _fallback(pooled, 'fn render(ctx) { let f = "eva" + "l"; call(f, "1+1") }') == (KEPT,)
+    assert _fallback(pooled, 'import "other" as m; fn render(ctx) { "x" }') == (KEPT,)
     from coordinator.regions import RegionLoadError
 
-    with pytest.raises(RegionLoadError):
-        pooled.region('import "other" as m; fn render(ctx) { "x" }')
+    with pytest.raises(RegionLoadError, match="eval"):
+        pooled.region('fn render(ctx) { eval("1+1") }')
 
 
 def test_re4_recursion_cap_and_worker_survives(pooled: Pooled) -> None:

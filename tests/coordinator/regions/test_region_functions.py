@@ -114,7 +114,7 @@ def test_constructors_and_budget_helpers() -> None:
     )
     assert F["region_sliding_window"](10) == {"kind": "sliding_window", "max_items": 10}
     assert F["region_compacting"](5000) == {"kind": "compacting", "threshold_tokens": 5000}
-    assert F["region_custom"]("r.rhai", True) == {"kind": "custom", "script": "r.rhai", "pinned": True}
+    assert F["region_custom"]("r.rhai", True) == {"kind": "custom", "script": "r.rhai", "persistent": True}
     assert F["region_entry"]("", 0) == {"content": "", "tokens": 0}
     assert [F["content_format"](f) for f in ("json", "code", "invalid", "")] == [
         "json",
