@@ -20,6 +20,7 @@ from coordinator.bench.pool import bench as pool_bench
 from coordinator._cli import providers as provider_cli
 from coordinator._cli import regions as region_cli
 from coordinator._cli import serve as serve_cli
+from coordinator._cli.remote import SERVER_HELP, remote_doctor, remote_validate
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -34,12 +35,15 @@ def main() -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--kind", type=click.Choice(["region", "provider"]), required=True)
 @click.option("--json", "as_json", is_flag=True, help='Print {"valid", "error", "functions", "metadata"}.')
-def validate(path: Path, kind: str, as_json: bool) -> None:
+@click.option("--server", default=None, help=SERVER_HELP)
+def validate(path: Path, kind: str, as_json: bool, server: str | None) -> None:
     """Compile PATH in a sandboxed worker and run the load-time checks of its kind.
 
     PATH is not checked by click: a missing or unreadable file is an invalid script, reported with the
     reference's read-error message (in the ``--json`` document when asked), not as a usage error.
     """
+    if server:
+        sys.exit(remote_validate(path, kind, as_json, server))
     if kind == "region":
         sys.exit(region_cli.run_validate(path, as_json))
     sys.exit(asyncio.run(provider_cli.run_validate(path, as_json)))
@@ -80,8 +84,11 @@ def _doctor_inference(config_path: Path | None, target: str) -> dict[str, Any]:
 @click.option("-m", "target", help="Also run one real inference on PROVIDER/MODEL.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config file (TOML).")
 @click.option("--json", "as_json", is_flag=True)
-def doctor(target: str | None, config_path: Path | None, as_json: bool) -> None:
+@click.option("--server", default=None, help=SERVER_HELP)
+def doctor(target: str | None, config_path: Path | None, as_json: bool, server: str | None) -> None:
     """Report every sandbox layer of a real worker, the pool's health and, with -m, one inference."""
+    if server:
+        sys.exit(remote_doctor(server, target, as_json))
     workers = asyncio.run(_sandbox_report())
     report: dict[str, Any] = {"workers": workers, "ok": all(w["healthy"] for w in workers)}
     if target:

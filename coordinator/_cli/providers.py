@@ -15,10 +15,11 @@ from typing import Any
 
 import click
 
-from coordinator._cli.provider_present import chunk_text, models_text, response_text
 from coordinator.providers.config import ProviderConfigError, ProvidersConfig, resolve_script
 from coordinator.providers.failures import ProviderError
 from coordinator.providers.loader import ProviderLoadError, ProviderNotFound
+from coordinator._cli.remote import SERVER_HELP, remote_infer, remote_models
+from coordinator._cli.provider_present import chunk_text, models_text, response_text
 from coordinator.providers.request import RequestError
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
@@ -132,6 +133,7 @@ async def _stream(runtime: ProviderRuntime, name: str, request: Any, as_json: bo
 @_config_options
 @click.option("--stream", is_flag=True, help="Call the script's stream and print chunks as they arrive.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--server", default=None, help=SERVER_HELP)
 def infer_command(
     name: str,
     request_path: Path,
@@ -139,6 +141,7 @@ def infer_command(
     providers_dir: Path | None,
     stream: bool,
     as_json: bool,
+    server: str | None,
 ) -> None:
     """Run one inference (or stream) of a provider through the pool and print the normalised answer."""
     try:
@@ -147,6 +150,8 @@ def infer_command(
         sys.exit(_fail(f"invalid request: cannot read {request_path}: {exc.strerror or exc}", as_json, 2))
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         sys.exit(_fail(f"invalid request: {request_path} is not JSON: {exc}", as_json, 2))
+    if server:
+        sys.exit(remote_infer(name, request, stream, as_json, server))
     config = _config(config_path, providers_dir, as_json)
     sys.exit(asyncio.run(_infer(config, name, request, stream, as_json)))
 
@@ -189,8 +194,13 @@ def models_command() -> None:
 @click.option("--provider", "name", required=True, help="Provider name (script stem or config key).")
 @_config_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def models_list(name: str, config_path: Path | None, providers_dir: Path | None, as_json: bool) -> None:
+@click.option("--server", default=None, help=SERVER_HELP)
+def models_list(
+    name: str, config_path: Path | None, providers_dir: Path | None, as_json: bool, server: str | None
+) -> None:
     """Load a provider (compile + initialize) and print what its list_models answers."""
+    if server:
+        sys.exit(remote_models(name, as_json, server))
     sys.exit(asyncio.run(_models(_config(config_path, providers_dir, as_json), name, as_json)))
 
 
