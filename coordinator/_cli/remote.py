@@ -24,7 +24,11 @@ def _client(server: str) -> Client:
 
 
 def _error(exc: ServiceError, as_json: bool) -> int:
-    error = exc.error if isinstance(exc.error, dict) else {"class": "Other", "message": exc.message, "transient": exc.status in (0, 503)}
+    error = (
+        exc.error
+        if isinstance(exc.error, dict)
+        else {"class": "Other", "message": exc.message, "transient": exc.status in (0, 503)}
+    )
     if as_json:
         click.echo(json.dumps({"error": error}, ensure_ascii=False))
     else:
@@ -47,7 +51,12 @@ def remote_validate(path: Path, kind: str, as_json: bool, server: str) -> int:
         return _error(exc, as_json)
     metadata = parse_metadata(content).to_dict() if kind == "provider" else {}
     if as_json:
-        out = {"valid": verdict["valid"], "error": verdict.get("error"), "functions": [], "metadata": metadata}
+        out = {
+            "valid": verdict["valid"],
+            "error": verdict.get("error"),
+            "functions": [],
+            "metadata": metadata,
+        }
         click.echo(json.dumps(out, ensure_ascii=False))
     elif verdict["valid"]:
         click.echo(f"ok: {path} is a valid {kind} script")
@@ -109,10 +118,17 @@ def remote_doctor(server: str, target: str | None, as_json: bool) -> int:
             report: dict[str, Any] = {"workers": status["workers"], "ok": bool(status["workers"])}
             if target:
                 name, _, model = target.partition("/")
-                ask = {"messages": [{"role": "user", "content": "Reply with exactly: PONG"}], "max_tokens": 16}
+                ask = {
+                    "messages": [{"role": "user", "content": "Reply with exactly: PONG"}],
+                    "max_tokens": 16,
+                }
                 try:
                     answer = client.inference(name, {**ask, **({"model": model} if model else {})})
-                    report["inference"] = {"provider": name, "ok": "PONG" in answer["content"], "reply": answer["content"]}
+                    report["inference"] = {
+                        "provider": name,
+                        "ok": "PONG" in answer["content"],
+                        "reply": answer["content"],
+                    }
                 except ServiceError as exc:
                     report["inference"] = {"provider": name, "ok": False, "error": exc.message}
                 report["ok"] = report["ok"] and report["inference"]["ok"]
@@ -125,5 +141,7 @@ def remote_doctor(server: str, target: str | None, as_json: bool) -> int:
             click.echo(f"worker {w['id']} (pid {w['pid']}, {w['state']}): sandbox {', '.join(w['sandbox'])}")
         if target:
             inf = report["inference"]
-            click.echo(f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}")
+            click.echo(
+                f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}"
+            )
     return 0 if report["ok"] else 1

@@ -17,7 +17,9 @@ DEFAULT_SERVER = "http://127.0.0.1:8765"
 
 
 @click.command("serve")
-@click.option("--config", "config_path", required=True, type=click.Path(path_type=Path), help="Service config (TOML).")
+@click.option(
+    "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Service config (TOML)."
+)
 def serve_command(config_path: Path) -> None:
     """Run the pool as an HTTP service until SIGTERM (drains) ; SIGHUP reloads the config."""
     from coordinator.service.config import ServiceConfigError, load_service_config
@@ -31,7 +33,10 @@ def serve_command(config_path: Path) -> None:
         sys.exit(2)
     import asyncio
 
-    click.echo(f"rhaipool serve: listening on {'https' if config.tls_cert else 'http'}://{config.host}:{config.port}", err=True)
+    click.echo(
+        f"rhaipool serve: listening on {'https' if config.tls_cert else 'http'}://{config.host}:{config.port}",
+        err=True,
+    )
     asyncio.run(serve(config))
 
 
@@ -43,8 +48,10 @@ def status_text(doc: dict[str, Any]) -> str:
     """The status document for a person."""
     lines = [
         f"uptime {doc['uptime_secs']:.0f} s{'  DRAINING' if doc['draining'] else ''}",
-        f"queue: {doc['queue']['queued']} queued, {doc['queue']['inflight']} at workers, "
-        f"{doc['queue']['http_inflight']} HTTP calls in flight",
+        (
+            f"queue: {doc['queue']['queued']} queued, {doc['queue']['inflight']} at workers, "
+            f"{doc['queue']['http_inflight']} HTTP calls in flight"
+        ),
         f"workers ({len(doc['workers'])}):",
     ]
     for w in doc["workers"]:
@@ -52,12 +59,16 @@ def status_text(doc: dict[str, Any]) -> str:
             f"  {w['id']:<6} pid {w['pid']:<8} {w['state']:<9} {_mb(w['memory_bytes']):>9} "
             f"{w['calls']:>7} calls  sandbox: {', '.join(w['sandbox']) or '-'}"
         )
-    lines.append("tenants: " + (", ".join(f"{t['id']} ({t['regions']} regions)" for t in doc["tenants"]) or "-"))
+    lines.append(
+        "tenants: " + (", ".join(f"{t['id']} ({t['regions']} regions)" for t in doc["tenants"]) or "-")
+    )
     return "\n".join(lines)
 
 
 @click.command("status")
-@click.option("--server", "server", default=None, help=f"Service URL (default $RHAIPOOL_SERVER or {DEFAULT_SERVER}).")
+@click.option(
+    "--server", "server", default=None, help=f"Service URL (default $RHAIPOOL_SERVER or {DEFAULT_SERVER})."
+)
 @click.option("--json", "as_json", is_flag=True)
 def status_command(server: str | None, as_json: bool) -> None:
     """Workers (pid, state, memory, calls, sandbox layers), queues and tenants of a running service."""
@@ -68,7 +79,9 @@ def status_command(server: str | None, as_json: bool) -> None:
         with Client(url, token_from_env(admin=True)) as client:
             doc = client.status()
     except ServiceError as exc:
-        click.echo(json.dumps({"error": exc.message}) if as_json else f"error: {exc.message}", err=not as_json)
+        click.echo(
+            json.dumps({"error": exc.message}) if as_json else f"error: {exc.message}", err=not as_json
+        )
         sys.exit(1)
     click.echo(json.dumps(doc, ensure_ascii=False) if as_json else status_text(doc))
 

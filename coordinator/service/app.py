@@ -18,8 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from coordinator.errors import Overloaded, PoolClosed
-from coordinator.errors import Quarantined
+from coordinator.errors import Overloaded, PoolClosed, Quarantined
 from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
 from coordinator.service.gate import Gate
 from coordinator.service.http import HTTPError

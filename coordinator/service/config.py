@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from coordinator.providers.config import ProviderConfigError, ProvidersConfig, parse_config
+from coordinator.service.errors import ServiceConfigError
 
 __all__ = [
     "DEFAULT_GRACE_SECS",
@@ -35,10 +36,6 @@ DEFAULT_MAX_HEADER_BYTES: Final = 16 << 10
 DEFAULT_GRACE_SECS: Final = 10.0
 _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
 TENANT_ID: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-class ServiceConfigError(ValueError):
-    """The config file cannot be used; the message is one line naming the key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +93,9 @@ def _tenants(raw: Any) -> dict[str, str]:
     tenants: dict[str, str] = {}
     for tenant, table in raw.items():
         if not TENANT_ID.match(tenant):
-            raise ServiceConfigError(f"[tenants.{tenant}]: ids may contain only letters, digits, '.', '_', '-'")
+            raise ServiceConfigError(
+                f"[tenants.{tenant}]: ids may contain only letters, digits, '.', '_', '-'"
+            )
         if not isinstance(table, dict) or "token_sha256" not in table:
             raise ServiceConfigError(f"[tenants.{tenant}] requires token_sha256")
         tenants[tenant] = check_sha256(table["token_sha256"], f"[tenants.{tenant}] token_sha256")

@@ -10,24 +10,22 @@ import json
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from coordinator.service.auth import ADMIN
+from coordinator.service.errors import HTTPError
 from coordinator.service.state import Service
 
-__all__ = ["HTTPError", "field", "json_body", "reply", "require_admin", "require_any", "require_tenant", "service_of"]
-
-
-class HTTPError(Exception):
-    """A response to send instead of the route's result."""
-
-    def __init__(self, status: int, error: Any, headers: dict[str, str] | None = None) -> None:
-        super().__init__(error)
-        self.status, self.error, self.headers = status, error, headers
-
-    def response(self) -> Response:
-        """The JSON response."""
-        return JSONResponse({"error": self.error}, self.status, headers=self.headers)
+__all__ = [
+    "HTTPError",
+    "field",
+    "json_body",
+    "reply",
+    "require_admin",
+    "require_any",
+    "require_tenant",
+    "service_of",
+]
 
 
 def reply(body: Any, status: int = 200) -> Response:

@@ -56,7 +56,9 @@ class _PoolCollector(Collector):
             states.add_metric([state], stats.workers.get(state, 0))
         yield states
         restarts = CounterMetricFamily(
-            "rhaipool_worker_restarts", "Worker exits that led to a replacement, by reason.", labels=["reason"]
+            "rhaipool_worker_restarts",
+            "Worker exits that led to a replacement, by reason.",
+            labels=["reason"],
         )
         folded = dict.fromkeys(_RESTART_REASONS, 0)
         for raw, count in stats.exit_reasons.items():
@@ -66,9 +68,13 @@ class _PoolCollector(Collector):
         yield restarts
         yield GaugeMetricFamily("rhaipool_queue_depth", "Calls waiting for a worker.", value=stats.queued)
         yield GaugeMetricFamily(
-            "rhaipool_worker_memory_bytes", "Resident memory of all workers.", value=sum(w.rss for w in pool.workers())
+            "rhaipool_worker_memory_bytes",
+            "Resident memory of all workers.",
+            value=sum(w.rss for w in pool.workers()),
         )
-        yield CounterMetricFamily("rhaipool_pool_calls_failed", "Pool calls that failed.", value=stats.calls_failed)
+        yield CounterMetricFamily(
+            "rhaipool_pool_calls_failed", "Pool calls that failed.", value=stats.calls_failed
+        )
 
 
 class Metrics:
@@ -86,7 +92,10 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )  # fmt: skip
         self.inflight = Gauge(
-            "rhaipool_inflight_calls", "API calls being answered, by tenant.", ["tenant"], registry=self.registry
+            "rhaipool_inflight_calls",
+            "API calls being answered, by tenant.",
+            ["tenant"],
+            registry=self.registry,
         )
         self.refusals = Counter(
             "rhaipool_quota_refusals", "Calls refused by backpressure or quotas, by tenant.", ["tenant"],

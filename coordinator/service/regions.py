@@ -15,15 +15,12 @@ from typing import Any, TypeVar
 
 from coordinator.regions import Entry, Region, ToolCall, open_region
 from coordinator.regions.tokens import estimate_tokens
+from coordinator.service.errors import RegionExists
 from coordinator.service.storage import Storage
 
 __all__ = ["RegionBook", "RegionExists", "Slot", "entry_from_json", "entry_to_json"]
 
 T = TypeVar("T")
-
-
-class RegionExists(Exception):
-    """A region of that name is already open for the tenant."""
 
 
 def entry_to_json(entry: Entry) -> dict[str, Any]:

@@ -12,8 +12,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from coordinator.service.http import HTTPError, field, json_body, reply, require_admin, require_any, service_of
 from coordinator.service.config import TENANT_ID, ServiceConfigError, check_sha256
+from coordinator.service.http import (
+    HTTPError,
+    field,
+    json_body,
+    reply,
+    require_admin,
+    require_any,
+    service_of,
+)
 from coordinator.service.metrics import CONTENT_TYPE
 
 __all__ = ["ROUTES", "status_document"]
@@ -62,12 +70,14 @@ def status_document(request: Request, tenant: str | None) -> dict[str, Any]:
         "uptime_secs": round(now - service.started_at, 3),
         "draining": request.app.state.gate.draining,
         "workers": workers,
-        "queue": {"queued": stats.queued, "inflight": stats.inflight, "http_inflight": request.app.state.gate.inflight},
+        "queue": {
+            "queued": stats.queued,
+            "inflight": stats.inflight,
+            "http_inflight": request.app.state.gate.inflight,
+        },
         "calls": {"ok": stats.calls_ok, "failed": stats.calls_failed, "retries": stats.retries},
         "restarts": {"spawned": stats.spawned, "exits": stats.exits, "reasons": stats.exit_reasons},
-        "tenants": [
-            {"id": t, "regions": len(service.regions.of(t))} for t in tenants
-        ],
+        "tenants": [{"id": t, "regions": len(service.regions.of(t))} for t in tenants],
     }
 
 

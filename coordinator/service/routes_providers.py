@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from coordinator.providers import LoadedProvider, ProviderError, ProviderLoadError, ProviderNotFound, RequestError
+from coordinator.providers import (
+    LoadedProvider,
+    ProviderError,
+    ProviderLoadError,
+    ProviderNotFound,
+    RequestError,
+)
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.service.http import HTTPError, field, json_body, reply, require_tenant, service_of
@@ -81,8 +87,10 @@ async def inference(request: Request) -> Response:
     return reply(response.to_dict())
 
 
-async def _events(runtime: ProviderRuntime, name: str, body: dict[str, Any], tenant: str) -> AsyncIterator[str]:
-    items = runtime.stream(name, body, **with_tenant(runtime.stream, tenant))
+async def _events(
+    runtime: ProviderRuntime, name: str, body: dict[str, Any], tenant: str
+) -> AsyncIterator[str]:
+    items: AsyncGenerator[Any, None] = runtime.stream(name, body, **with_tenant(runtime.stream, tenant))  # type: ignore[assignment]
     async with contextlib.aclosing(items):
         try:
             async for item in items:

@@ -26,14 +26,20 @@ T = TypeVar("T")
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (  # 1: scripts, persistent regions, provider state, tenants managed over the admin API
-        "CREATE TABLE scripts (tenant TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,"
-        " content TEXT NOT NULL, sha256 TEXT NOT NULL, updated_at REAL NOT NULL,"
-        " PRIMARY KEY (tenant, kind, name))",
-        "CREATE TABLE regions (tenant TEXT NOT NULL, name TEXT NOT NULL, script TEXT NOT NULL,"
-        " budget INTEGER NOT NULL, options TEXT NOT NULL, entries TEXT NOT NULL, version INTEGER NOT NULL,"
-        " PRIMARY KEY (tenant, name))",
-        "CREATE TABLE provider_state (tenant TEXT NOT NULL, name TEXT NOT NULL, state TEXT NOT NULL,"
-        " updated_at REAL NOT NULL, PRIMARY KEY (tenant, name))",
+        (
+            "CREATE TABLE scripts (tenant TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,"
+            " content TEXT NOT NULL, sha256 TEXT NOT NULL, updated_at REAL NOT NULL,"
+            " PRIMARY KEY (tenant, kind, name))"
+        ),
+        (
+            "CREATE TABLE regions (tenant TEXT NOT NULL, name TEXT NOT NULL, script TEXT NOT NULL,"
+            " budget INTEGER NOT NULL, options TEXT NOT NULL, entries TEXT NOT NULL, version INTEGER NOT NULL,"
+            " PRIMARY KEY (tenant, name))"
+        ),
+        (
+            "CREATE TABLE provider_state (tenant TEXT NOT NULL, name TEXT NOT NULL, state TEXT NOT NULL,"
+            " updated_at REAL NOT NULL, PRIMARY KEY (tenant, name))"
+        ),
         "CREATE TABLE tenants (id TEXT PRIMARY KEY, token_sha256 TEXT NOT NULL)",
     ),
 )

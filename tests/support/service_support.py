@@ -39,8 +39,13 @@ def free_port() -> int:
 
 
 def write_config(
-    folder: Path, *, port: int, standin: str | None = None, tenants: dict[str, str] | None = None,
-    extra: str = "", workers: int = 2,
+    folder: Path,
+    *,
+    port: int,
+    standin: str | None = None,
+    tenants: dict[str, str] | None = None,
+    extra: str = "",
+    workers: int = 2,
 ) -> Path:
     """A service config; ``standin`` is the stand-in API's base URL for the ``groq`` provider table."""
     lines = [

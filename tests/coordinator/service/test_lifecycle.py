@@ -18,7 +18,9 @@ AUTH = {"Authorization": f"Bearer {TOKENS['acme']}"}
 
 def _start(tmp_path: Path, standin: StandinServer, extra: str = "") -> ServiceProcess:
     port = free_port()
-    service = ServiceProcess.start(write_config(tmp_path, port=port, standin=standin.base_url, extra=extra), port)
+    service = ServiceProcess.start(
+        write_config(tmp_path, port=port, standin=standin.base_url, extra=extra), port
+    )
     with service.client("acme") as c:
         c.put_script("provider", "groq", GROQ_SCRIPT.read_text())
     return service
@@ -39,7 +41,9 @@ def test_sigterm_lets_in_flight_calls_finish_and_refuses_the_rest(tmp_path: Path
     with StandinServer(delay=0.6) as standin:
         service = _start(tmp_path, standin)
 
-        async def scenario() -> tuple[list[httpx.Response | Exception], list[httpx.Response | Exception], int]:
+        async def scenario() -> tuple[
+            list[httpx.Response | Exception], list[httpx.Response | Exception], int
+        ]:
             limits = httpx.Limits(max_connections=100)
             async with httpx.AsyncClient(base_url=service.url, timeout=30, limits=limits) as http:
                 accepted = [asyncio.ensure_future(_infer(http)) for _ in range(20)]

@@ -65,7 +65,9 @@ def test_a_killed_worker_is_replaced_within_a_second_and_counted(service: Servic
         while True:
             now = admin.status()["workers"]
             pids = {w["pid"] for w in now}
-            if victim["pid"] not in pids and len([w for w in now if w["state"] in ("active", "spare")]) >= len(workers):
+            if victim["pid"] not in pids and len(
+                [w for w in now if w["state"] in ("active", "spare")]
+            ) >= len(workers):
                 break
             assert time.monotonic() - killed < 1.0, now
             time.sleep(0.02)

@@ -73,13 +73,20 @@ def test_create_errors(acme: object) -> None:
 
 
 def test_bad_entries_are_400(acme: object) -> None:
-    for body in ({"content": 5}, {"content": "x", "tokens": -1}, {"content": "x", "kind": "weird"}, {"tokens": 1}):
+    for body in (
+        {"content": 5},
+        {"content": "x", "tokens": -1},
+        {"content": "x", "kind": "weird"},
+        {"tokens": 1},
+    ):
         with pytest.raises(ServiceError) as refused:
             acme._call("POST", "/api/regions/notes/write", body)
         assert refused.value.status == 400, body
 
 
-def test_another_tenant_cannot_touch_a_region_through_any_endpoint(service: ServiceProcess, acme: object) -> None:
+def test_another_tenant_cannot_touch_a_region_through_any_endpoint(
+    service: ServiceProcess, acme: object
+) -> None:
     before = acme.get_region("notes")["entries"]
     headers = {"Authorization": f"Bearer {TOKENS['globex']}"}
     for method, path, body in (

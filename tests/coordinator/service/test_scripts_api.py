@@ -32,7 +32,9 @@ def test_put_get_list_delete_round_trip(service: ServiceProcess) -> None:
         assert c.delete_script("region_hook", "roundtrip") is None
         with pytest.raises(ServiceError) as missing:
             c.get_script("region_hook", "roundtrip")
-        assert missing.value.status == 404 and missing.value.message == "No such script: region_hook/roundtrip"
+        assert (
+            missing.value.status == 404 and missing.value.message == "No such script: region_hook/roundtrip"
+        )
         with pytest.raises(ServiceError) as again:
             c.delete_script("region_hook", "roundtrip")
         assert again.value.status == 404
@@ -120,7 +122,9 @@ def test_oversized_headers_are_refused(service: ServiceProcess) -> None:
 
 
 @pytest.mark.parametrize("token", [None, "wrong", ADMIN, "Basic abc"])
-def test_without_a_tenant_token_every_route_is_401_without_detail(service: ServiceProcess, token: str | None) -> None:
+def test_without_a_tenant_token_every_route_is_401_without_detail(
+    service: ServiceProcess, token: str | None
+) -> None:
     for method, path in (
         ("GET", "/api/scripts"),
         ("GET", "/api/scripts/region_hook/x"),
@@ -136,7 +140,9 @@ def test_without_a_tenant_token_every_route_is_401_without_detail(service: Servi
 def test_a_tenant_never_sees_another_tenants_scripts(service: ServiceProcess) -> None:
     with service.client("acme") as acme, service.client("globex") as globex:
         acme.put_script("region_hook", "secret", GOOD_HOOK)
-        assert ("region_hook", "secret") not in [(s["kind"], s["name"]) for s in globex.list_scripts()["scripts"]]
+        assert ("region_hook", "secret") not in [
+            (s["kind"], s["name"]) for s in globex.list_scripts()["scripts"]
+        ]
         for call in (
             lambda: globex.get_script("region_hook", "secret"),
             lambda: globex.delete_script("region_hook", "secret"),
