@@ -126,7 +126,12 @@ def demo(scenario: Path | None) -> None:
     click.echo()
     click.secho("== provider examples/providers/groq.rhai against a local stand-in API", bold=True)
     ok = asyncio.run(provider_demo(click.echo))
-    sys.exit(0 if code == 0 and ok else 1)
+    click.echo()
+    click.secho("== rhaipool serve in the background, driven with coordinator.client, then stopped", bold=True)
+    from coordinator._cli.service_demo import service_demo
+
+    served = service_demo(click.echo)
+    sys.exit(0 if code == 0 and ok and served else 1)
 
 
 @main.group()

@@ -72,6 +72,8 @@ def test_demo_shows_a_region_and_a_provider_through_the_pool() -> None:
     assert "what the model would see" in out.stdout
     assert "inference -> 'PONG'" in out.stdout
     assert "stream    -> " in out.stdout
+    assert "provider groq inference -> 'PONG'" in out.stdout  # the same through rhaipool serve
+    assert "SIGTERM -> drained and exited 0" in out.stdout
 
 
 def test_bench_is_not_run_by_tests_but_lists_its_benchmarks() -> None:
