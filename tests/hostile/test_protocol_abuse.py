@@ -82,7 +82,7 @@ def test_a_rogue_peer_on_the_socket_changes_nothing(arena: Arena) -> None:
 
     async def scenario() -> None:
         pool = arena.pool
-        live = next(w for w in pool._supervisor.workers.values())
+        live = next(w for w in pool._supervisor.workers.values() if w.state.value == "active")
         before = pool.statistics()
         context = zmq.Context()
         peers = []
