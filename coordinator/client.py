@@ -21,19 +21,12 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
+from coordinator.errors import ServiceError
+
 __all__ = ["AsyncClient", "Client", "ServiceError", "token_from_env"]
 
 R = TypeVar("R")
 _TIMEOUT = httpx.Timeout(60.0, connect=5.0)
-
-
-class ServiceError(Exception):
-    """The service answered 4xx/5xx (or could not be reached: status 0)."""
-
-    def __init__(self, status: int, error: Any, retry_after: float | None = None) -> None:
-        self.status, self.error, self.retry_after = status, error, retry_after
-        self.message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
-        super().__init__(f"{status}: {self.message}" if status else self.message)
 
 
 def token_from_env(*, admin: bool = False) -> str | None:
@@ -106,7 +99,9 @@ class _Api(Generic[R]):
 
     def create_region(self, name: str, *, script: str, budget: int, **options: Any) -> R:
         """``POST /api/regions`` (``persistent``, ``admission``, ``volatility`` as options)."""
-        return self._call("POST", "/api/regions", {"name": name, "script": script, "budget": budget, **options})
+        return self._call(
+            "POST", "/api/regions", {"name": name, "script": script, "budget": budget, **options}
+        )
 
     def get_region(self, name: str) -> R:
         """``GET /api/regions/{name}``: the region and its entries."""
@@ -135,7 +130,9 @@ class _Api(Generic[R]):
 
     def assemble(self, regions: list[str], max_tokens: int, **meta: Any) -> R:
         """``POST /api/window/assemble``."""
-        return self._call("POST", "/api/window/assemble", {"regions": regions, "max_tokens": max_tokens, **meta})
+        return self._call(
+            "POST", "/api/window/assemble", {"regions": regions, "max_tokens": max_tokens, **meta}
+        )
 
     # providers
     def inference(self, provider: str, request: dict[str, Any]) -> R:

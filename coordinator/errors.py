@@ -23,6 +23,11 @@
             ├── TooManyCallsQueued      calls waiting for a worker
             ├── CpuQuotaExceeded        CPU-seconds per minute                .retry_after
             └── ScriptQuotaExceeded     loaded scripts (count or bytes)
+    ServiceError                        (under the root) the service refused a request or is unreachable
+
+The other packages keep theirs in their own ``errors`` modules (``coordinator.regions.errors``,
+``coordinator.providers.errors``, ``coordinator.egress.errors``, ``coordinator.service.errors``,
+``worker.engine``); the README draws the whole tree and ``tests/test_error_tree.py`` keeps it true.
 
 Every error names its cause in ``str()``; the structured fields are for programs.
 """
@@ -53,6 +58,7 @@ __all__ = [
     "ScriptError",
     "ScriptQuotaExceeded",
     "ScriptTimeout",
+    "ServiceError",
     "TooManyCallsInFlight",
     "TooManyCallsQueued",
     "WorkerCrashed",
@@ -225,3 +231,12 @@ class CpuQuotaExceeded(QuotaExceeded):
 
 class ScriptQuotaExceeded(QuotaExceeded):
     """The tenant's loaded scripts (``tenant_max_scripts`` / ``tenant_max_script_bytes``) have no room."""
+
+
+class ServiceError(RhaipoolError):
+    """``coordinator.client``: the service answered 4xx/5xx (or could not be reached: status 0)."""
+
+    def __init__(self, status: int, error: Any, retry_after: float | None = None) -> None:
+        self.status, self.error, self.retry_after = status, error, retry_after
+        self.message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
+        super().__init__(f"{status}: {self.message}" if status else self.message)
