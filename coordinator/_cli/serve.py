@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -20,12 +19,16 @@ DEFAULT_SERVER = "http://127.0.0.1:8765"
 @click.option(
     "--config", "config_path", required=True, type=click.Path(path_type=Path), help="Service config (TOML)."
 )
-def serve_command(config_path: Path) -> None:
-    """Run the pool as an HTTP service until SIGTERM (drains) ; SIGHUP reloads the config."""
+@click.option(
+    "--log-json", is_flag=True, help="Structured JSON logs, one line per call (tenant, script, hash)."
+)
+def serve_command(config_path: Path, log_json: bool) -> None:
+    """Run the pool as an HTTP service until SIGTERM (which drains); SIGHUP reloads the config."""
     from coordinator.service.config import ServiceConfigError, load_service_config
+    from coordinator.service.logs import configure
     from coordinator.service.server import serve
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure(as_json=log_json)
     try:
         config = load_service_config(config_path)
     except ServiceConfigError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -21,6 +22,7 @@ from coordinator.service.metrics import Metrics
 __all__ = ["EXEMPT", "Gate"]
 
 EXEMPT: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+calls_log = logging.getLogger("rhaipool.service.calls")
 _TOO_BIG: Final = json.dumps({"error": "request headers too large"}).encode()
 _REFUSAL: Final = json.dumps({"error": "the service is shutting down; retry on another instance"}).encode()
 
@@ -91,8 +93,11 @@ class Gate:
                 self.metrics.inflight.labels(tenant).dec()
             endpoint = scope.get("endpoint")
             kind = getattr(endpoint, "__name__", "unknown") if endpoint is not None else "not_found"
-            self.metrics.observe(kind, tenant, status[0], time.perf_counter() - begun)
+            elapsed = time.perf_counter() - begun
+            self.metrics.observe(kind, tenant, status[0], elapsed)
             self.answered += 1
+            if calls_log.isEnabledFor(logging.INFO):
+                _log_call(self.answered, kind, tenant, status[0], elapsed, facts)
 
     async def drain(self, grace: float) -> int:
         """Refuse new calls, wait up to ``grace`` for the rest, then cut them; how many were cut."""
@@ -107,6 +112,24 @@ class Gate:
                 task.cancel()
             await asyncio.sleep(0)
             return len(stragglers)
+
+
+def _log_call(
+    number: int, kind: str, tenant: str, status: int, elapsed: float, facts: dict[str, Any]
+) -> None:
+    """One structured line per call: its number, tenant, operation, script and hash, status, duration."""
+    calls_log.info(
+        "call",
+        extra={
+            "call": number,
+            "tenant": tenant or None,
+            "op": kind,
+            "script": facts.get("script"),
+            "sha256": facts.get("sha256"),
+            "status": status,
+            "duration_ms": round(elapsed * 1000, 3),
+        },
+    )
 
 
 async def _refuse(send: Send) -> None:

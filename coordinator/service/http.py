@@ -20,6 +20,7 @@ __all__ = [
     "HTTPError",
     "field",
     "json_body",
+    "note_script",
     "reply",
     "require_admin",
     "require_any",
@@ -58,6 +59,12 @@ def require_tenant(request: Request) -> str:
         raise _unauthorized()
     _note_tenant(request, who)
     return who
+
+
+def note_script(request: Request, name: str, sha256: str | None) -> None:
+    """Tell the gate which script the call runs (the structured call log names it and its hash)."""
+    facts = request.scope.setdefault("state", {})
+    facts["script"], facts["sha256"] = name, sha256
 
 
 def _note_tenant(request: Request, tenant: str) -> None:

@@ -26,7 +26,15 @@ from coordinator.providers import (
 )
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
-from coordinator.service.http import HTTPError, field, json_body, reply, require_tenant, service_of
+from coordinator.service.http import (
+    HTTPError,
+    field,
+    json_body,
+    note_script,
+    reply,
+    require_tenant,
+    service_of,
+)
 from coordinator.service.routes_scripts import check_name
 from coordinator.service.state import with_tenant
 
@@ -57,13 +65,16 @@ def _target(request: Request) -> tuple[str, str, ProviderRuntime]:
     return tenant, name, service_of(request).runtime(tenant)
 
 
-async def _provider(runtime: ProviderRuntime, name: str) -> LoadedProvider:
+async def _provider(request: Request, runtime: ProviderRuntime, name: str) -> LoadedProvider:
     try:
-        return await runtime.get(name)
+        loaded = await runtime.get(name)
     except ProviderNotFound:
         raise _other(404, f"no provider named '{name}'") from None
     except ProviderLoadError as exc:
         raise _other(422, f"provider '{name}' did not load: {exc}") from None
+    note_script(request, name, getattr(loaded.handle, "sha256", None))
+    await service_of(request).remember_provider(require_tenant(request), loaded)
+    return loaded
 
 
 async def _request_body(request: Request) -> dict[str, Any]:
@@ -77,7 +88,7 @@ async def inference(request: Request) -> Response:
     """One inference with retries, rate limits and the token guard."""
     tenant, name, runtime = _target(request)
     body = await _request_body(request)
-    await _provider(runtime, name)
+    await _provider(request, runtime, name)
     try:
         response = await runtime.inference(name, body, **with_tenant(runtime.inference, tenant))
     except RequestError as exc:
@@ -110,7 +121,7 @@ async def stream(request: Request) -> Response:
     """Chunks as Server-Sent Events, as the script produces them (a reader that stops cancels the script)."""
     tenant, name, runtime = _target(request)
     body = await _request_body(request)
-    await _provider(runtime, name)
+    await _provider(request, runtime, name)
     return StreamingResponse(
         _events(runtime, name, body, tenant),
         media_type="text/event-stream",
@@ -123,7 +134,7 @@ async def count_tokens(request: Request) -> Response:
     tenant, name, runtime = _target(request)
     body = await _request_body(request)
     text, model = field(body, "text", str), field(body, "model", str, "")
-    provider = await _provider(runtime, name)
+    provider = await _provider(request, runtime, name)
     tokens = await runtime.count_tokens(provider, text, model, **with_tenant(runtime.count_tokens, tenant))
     return reply({"tokens": tokens})
 
@@ -131,7 +142,7 @@ async def count_tokens(request: Request) -> Response:
 async def list_models(request: Request) -> Response:
     """``{"provider", "models": [...]}``."""
     tenant, name, runtime = _target(request)
-    provider = await _provider(runtime, name)
+    provider = await _provider(request, runtime, name)
     try:
         rows = await runtime.list_models(provider, **with_tenant(runtime.list_models, tenant))
     except ProviderError as exc:

@@ -15,7 +15,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from coordinator.regions import RegionLoadError, RenderMeta, Window
-from coordinator.service.http import HTTPError, field, json_body, reply, require_tenant, service_of
+from coordinator.service.http import (
+    HTTPError,
+    field,
+    json_body,
+    note_script,
+    reply,
+    require_tenant,
+    service_of,
+)
 from coordinator.service.regions import RegionExists, Slot, entry_from_json, entry_to_json
 from coordinator.service.routes_scripts import check_name
 
@@ -30,6 +38,7 @@ def _slot(request: Request) -> tuple[str, Slot]:
     slot = service_of(request).regions.get(tenant, name)
     if slot is None:
         raise HTTPError(404, f"No such region: {name}")
+    note_script(request, slot.script, slot.region.script.sha256 if slot.region.script else None)
     return tenant, slot
 
 

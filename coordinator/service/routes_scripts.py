@@ -17,7 +17,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from coordinator.providers.metadata import parse_metadata
-from coordinator.service.http import HTTPError, field, json_body, reply, require_tenant, service_of
+from coordinator.service.http import (
+    HTTPError,
+    field,
+    json_body,
+    note_script,
+    reply,
+    require_tenant,
+    service_of,
+)
 from coordinator.service.storage import ScriptRow
 from coordinator.service.validation import KIND_LIST, KINDS
 
@@ -48,7 +56,9 @@ def _target(request: Request) -> tuple[str, str, str]:
     if "agent" in request.query_params:
         raise HTTPError(400, "Scripts are scoped to the token's tenant, so this route takes no ?agent=")
     kind = check_kind(request.path_params["kind"])
-    return tenant, kind, check_name(request.path_params["name"])
+    name = check_name(request.path_params["name"])
+    note_script(request, f"{kind}/{name}", None)
+    return tenant, kind, name
 
 
 async def _describe(request: Request, tenant: str, row: ScriptRow, *, content: bool) -> dict[str, Any]:

@@ -62,6 +62,7 @@ class Service:
         self.regions: RegionBook
         self.validator: Validator
         self._runtimes: dict[str, ProviderRuntime] = {}
+        self._saved_loads: dict[tuple[str, str], Any] = {}
         self._config_stamp: Any = None
         self._config_checked = 0.0
         self.files = config.database.with_name(config.database.name + ".scripts")
@@ -169,6 +170,14 @@ class Service:
         return replace(
             self.config.providers, providers_dir=folder, dir_override=folder, tenants=True, source=None
         )
+
+    async def remember_provider(self, tenant: str, loaded: Any) -> None:
+        """Store what ``initialize`` returned, once per load (the database holds the tenant's state)."""
+        key = (tenant, loaded.name)
+        if self._saved_loads.get(key) is loaded:
+            return
+        self._saved_loads[key] = loaded
+        await self.storage.save_provider_state(tenant, loaded.name, loaded.state)
 
     def runtime(self, tenant: str) -> ProviderRuntime:
         """The tenant's provider runtime (its own scripts directory; the shared pool and egress)."""

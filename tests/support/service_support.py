@@ -80,10 +80,11 @@ class ServiceProcess:
     process: subprocess.Popen[bytes]
 
     @classmethod
-    def start(cls, config: Path, port: int, *, wait: float = 60.0) -> ServiceProcess:
+    def start(cls, config: Path, port: int, *, wait: float = 60.0, log_json: bool = True) -> ServiceProcess:
         with (config.parent / "service.log").open("ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "coordinator", "serve", "--config", str(config)],
+                [sys.executable, "-m", "coordinator", "serve", "--config", str(config)]
+                + (["--log-json"] if log_json else []),
                 stdout=log, stderr=log, cwd=config.parent, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
         service = cls(config, port, process)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
 
 import httpx
@@ -91,3 +93,29 @@ def test_another_tenant_cannot_run_a_tenants_provider(service: ServiceProcess, a
             with pytest.raises(ServiceError) as refused:
                 call()
             assert refused.value.status == 404
+
+
+def test_provider_state_from_initialize_is_stored(service: ServiceProcess, acme: object) -> None:
+    acme.inference("groq", PONG)
+    database = service.config.parent / "state" / "rhaipool.db"
+    with sqlite3.connect(database) as db:
+        (state,) = db.execute(
+            "SELECT state FROM provider_state WHERE tenant = 'acme' AND name = 'groq'"
+        ).fetchone()
+    assert json.loads(state)["model"] == "llama-3.3-70b-versatile"
+
+
+def test_calls_are_logged_as_json_lines_with_tenant_script_and_hash(
+    service: ServiceProcess, acme: object
+) -> None:
+    acme.inference("groq", PONG)
+    calls = []
+    for line in service.log().splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("msg") == "call" and record.get("op") == "inference":
+                calls.append(record)
+    assert calls, service.log()[-2000:]
+    last = calls[-1]
+    assert last["tenant"] == "acme" and last["script"] == "groq" and len(last["sha256"]) == 64
+    assert last["status"] == 200 and last["duration_ms"] > 0
