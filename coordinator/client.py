@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
@@ -180,7 +180,7 @@ class AsyncClient(_Api[Any]):
         options = {"timeout": _TIMEOUT, **httpx_options}
         self.http = httpx.AsyncClient(base_url=url, headers=_headers(token), **options)
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -190,7 +190,7 @@ class AsyncClient(_Api[Any]):
         """Close the connections."""
         await self.http.aclose()
 
-    async def _call(self, method: str, path: str, body: Any = None) -> Any:  # type: ignore[override]
+    async def _call(self, method: str, path: str, body: Any = None) -> Any:
         try:
             response = await self.http.request(method, path, json=body)
         except httpx.TransportError as exc:
@@ -224,7 +224,7 @@ class Client(_Api[Any]):
         options = {"timeout": _TIMEOUT, **httpx_options}
         self.http = httpx.Client(base_url=url, headers=_headers(token), **options)
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
