@@ -1,0 +1,23 @@
+"""Nodes: other machines that run workers for this coordinator, over CurveZMQ (ARCHITECTURE §6).
+
+Today this package holds the keys side: key files (:mod:`coordinator.nodes.keys`) and the coordinator's
+server-side authenticator over an authorized-keys directory (:mod:`coordinator.nodes.auth`). The node
+process and the coordinator's node link build on them.
+"""
+
+from __future__ import annotations
+
+from coordinator.nodes.auth import AuthorizedKeys, curve_authenticator, curve_client, curve_server
+from coordinator.nodes.keys import KeyFileError, KeyInfo, generate, list_keys, revoke
+
+__all__ = [
+    "AuthorizedKeys",
+    "KeyFileError",
+    "KeyInfo",
+    "curve_authenticator",
+    "curve_client",
+    "curve_server",
+    "generate",
+    "list_keys",
+    "revoke",
+]
