@@ -39,10 +39,11 @@ def _system(raw: Any) -> list[dict[str, Any]]:
         if not isinstance(block, dict) or not isinstance(block.get("text"), str):
             raise RequestError(f"request.system[{i}] must be a block with a string text")
         hint = block.get("cache_hint", "UntilChanged")
-        if not (hint in _HINTS or (isinstance(hint, dict) and "SlidingPrefix" in hint)):
+        sliding = isinstance(hint, dict) and "SlidingPrefix" in hint
+        if not (sliding or (isinstance(hint, str) and hint in _HINTS)):
             raise RequestError(f"request.system[{i}].cache_hint {hint!r} is not a cache hint")
         volatility = block.get("volatility", "rewritten")
-        if volatility not in _VOLATILITY:
+        if not isinstance(volatility, str) or volatility not in _VOLATILITY:
             raise RequestError(f"request.system[{i}].volatility must be stable, grows or rewritten")
         region = block.get("region", "")
         blocks.append(
