@@ -19,6 +19,7 @@ from coordinator import __version__
 from coordinator.bench.pool import bench as pool_bench
 from coordinator._cli import providers as provider_cli
 from coordinator._cli import regions as region_cli
+from coordinator._cli.keys import keys as keys_group
 from coordinator._cli import serve as serve_cli
 from coordinator._cli.remote import SERVER_HELP, remote_doctor, remote_validate
 
@@ -52,6 +53,7 @@ def validate(path: Path, kind: str, as_json: bool, server: str | None) -> None:
 main.add_command(region_cli.test_command)
 for command in provider_cli.COMMANDS:
     main.add_command(command)
+main.add_command(keys_group)
 for command in serve_cli.COMMANDS:
     main.add_command(command)
 
