@@ -28,6 +28,7 @@ from coordinator.regions.loading import RegionLoader
 from coordinator.regions.model import Entry
 from coordinator.regions.runtime import Region
 from proto.budgets import BUDGETS
+from proto.vocabulary import Kind
 
 __all__ = ["BENCH_SCRIPT", "InProcessRunner", "Measurement", "main", "run_benchmark"]
 
@@ -53,7 +54,7 @@ class InProcessRunner:
     """The baseline: the same engine limits, called directly in this process."""
 
     def __init__(self, source: str, name: str = "bench.rhai") -> None:
-        engine = rhai.Engine(**BUDGETS["region"], json_functions=False, check_argument_sizes=False)
+        engine = rhai.Engine(**BUDGETS[Kind.REGION], json_functions=False, check_argument_sizes=False)
         self._script = engine.compile(source, name=name)  # configured as worker/engine.py's region engine
         names = {n for n, _ in self._script.functions}
         sha = hashlib.sha256(source.encode()).hexdigest()

@@ -17,28 +17,12 @@ from coordinator.egress import Egress, EgressPolicy, EnvResolver, HostError
 from coordinator.errors import HostCallError
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.ratelimit import Backoff429
+from proto.host import BROKERED_FUNCTIONS
+from proto.vocabulary import Kind, rhai_type_name
 
 __all__ = ["header_value", "ProviderHost"]
 
 log = logging.getLogger(__name__)
-
-_RHAI_TYPES = {
-    str: "string",
-    int: "i64",
-    float: "f64",
-    bool: "bool",
-    dict: "map",
-    list: "array",
-    bytes: "blob",
-}
-
-
-#: Argument types each HTTP host function is registered with (as in the reference).
-_SHAPES: dict[str, list[tuple[type, ...]]] = {
-    "http_get": [(str,), (str, dict)],
-    "http_post": [(str, str), (str, str, dict)],
-    "stream_request": [(str, str, dict)],
-}
 
 
 def header_value(value: Any) -> str:
@@ -51,7 +35,7 @@ def header_value(value: Any) -> str:
 
 
 def _not_found(name: str, args: list[Any]) -> HostCallError:
-    types = ", ".join(_RHAI_TYPES.get(type(a), type(a).__name__) if a is not None else "()" for a in args)
+    types = ", ".join(rhai_type_name(a) for a in args)
     return HostCallError(f"Function not found: {name} ({types})")
 
 
@@ -85,11 +69,8 @@ class ProviderHost:
         """Argument types as the reference registers them; anything else is "function not found"."""
         if self.offline or self.egress is None:
             raise _not_found(name, args)
-        shapes = _SHAPES[name]
-        if not any(
-            len(s) == len(args) and all(isinstance(a, t) for a, t in zip(args, s, strict=False))
-            for s in shapes
-        ):
+        # The argument types each host function is registered with, as in the reference (proto's table).
+        if tuple(map(rhai_type_name, args)) not in BROKERED_FUNCTIONS[Kind.PROVIDER][name].wire_signatures:
             raise _not_found(name, args)
 
     async def _on_error(self, err: HostError) -> HostCallError:

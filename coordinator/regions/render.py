@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from coordinator.regions.errors import InvalidShape
 from coordinator.regions.model import Entry, Message, SystemBlock, Volatility
+from proto.vocabulary import rhai_type_name
 
 __all__ = [
     "InvalidShape",
@@ -62,22 +63,20 @@ def interpret_render(value: Any, *, persistent: bool) -> RenderOutput:
     return RenderOutput(tuple(SystemBlock(t, hint, "rewritten", "") for t in texts), messages)
 
 
+_ARTICLED: Final = {
+    "()": "()",
+    "bool": "a bool",
+    "i64": "an integer",
+    "f64": "a float",
+    "string": "a string",
+    "array": "an array",
+    "map": "a map",
+}
+"""How the reference's render errors name a Rhai type (``proto.vocabulary.rhai_type_name``)."""
+
+
 def _type_name(value: Any) -> str:
-    if value is None:
-        return "()"
-    if isinstance(value, bool):
-        return "a bool"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, Mapping):
-        return "a map"
-    return type(value).__name__
+    return _ARTICLED.get(rhai_type_name(value), type(value).__name__)
 
 
 def _system_texts(system: Any) -> list[str]:
