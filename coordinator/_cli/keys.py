@@ -44,7 +44,9 @@ def generate_command(directory: Path, name: str) -> None:
 
 @keys.command("list")
 @click.argument("directory", type=_DIR)
-@click.option("--json", "as_json", is_flag=True, help='Print [{"name", "public_key", "revoked", "has_secret"}].')
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print [{"name", "public_key", "revoked", "has_secret"}].'
+)
 def list_command(directory: Path, as_json: bool) -> None:
     """Every key in DIRECTORY and DIRECTORY/revoked: name, public key (z85), whether it is revoked."""
     try:

@@ -46,7 +46,9 @@ class AuthorizedKeys:
         """Whether ``public_key`` (z85) may connect now; logs every refusal with its reason."""
         self._refresh()
         if public_key in self._revoked:
-            log.warning("refused node key %s: revoked (%s)", public_key.decode(), self.directory / REVOKED_DIR)
+            log.warning(
+                "refused node key %s: revoked (%s)", public_key.decode(), self.directory / REVOKED_DIR
+            )
             return False
         if public_key not in self._allowed:
             log.warning("refused node key %s: not in %s", public_key.decode(), self.directory)
@@ -93,7 +95,9 @@ def _load(directory: Path) -> frozenset[bytes]:
 
 
 @contextlib.contextmanager
-def curve_authenticator(context: zmq.asyncio.Context, authorized_keys: Path) -> Iterator[AsyncioAuthenticator]:
+def curve_authenticator(
+    context: zmq.asyncio.Context, authorized_keys: Path
+) -> Iterator[AsyncioAuthenticator]:
     """Run a ZAP handler on ``context`` (inside a running event loop) admitting ``authorized_keys``."""
     authenticator = AsyncioAuthenticator(context, log=log)
     authenticator.start()
@@ -114,7 +118,9 @@ def _key_pair(secret_key_file: Path) -> tuple[bytes, bytes]:
     return public, secret
 
 
-def curve_server(socket: zmq.Socket[bytes], secret_key_file: Path, authenticator: AsyncioAuthenticator) -> None:
+def curve_server(
+    socket: zmq.Socket[bytes], secret_key_file: Path, authenticator: AsyncioAuthenticator
+) -> None:
     """Make ``socket`` a CURVE server with the coordinator's key, gated by ``authenticator`` (before bind)."""
     if authenticator.context is not socket.context or authenticator.zap_socket is None:
         raise RuntimeError("curve_server needs a running authenticator on the socket's own context")

@@ -99,7 +99,9 @@ def _rename_new(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
     except FileExistsError:
-        raise KeyFileError(f"{target} already exists: choose another name (keys are never overwritten)") from None
+        raise KeyFileError(
+            f"{target} already exists: choose another name (keys are never overwritten)"
+        ) from None
     source.unlink()
 
 
@@ -119,7 +121,9 @@ def list_keys(directory: Path) -> list[KeyInfo]:
     if not directory.is_dir():
         raise KeyFileError(f"{directory} is not a directory")
     found = [_info(path, revoked=False) for path in sorted(directory.glob(f"*{PUBLIC_SUFFIX}"))]
-    found += [_info(path, revoked=True) for path in sorted((directory / REVOKED_DIR).glob(f"*{PUBLIC_SUFFIX}"))]
+    found += [
+        _info(path, revoked=True) for path in sorted((directory / REVOKED_DIR).glob(f"*{PUBLIC_SUFFIX}"))
+    ]
     return sorted(found, key=lambda info: (info.name, info.revoked))
 
 

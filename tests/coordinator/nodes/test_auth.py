@@ -20,7 +20,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 from coordinator.nodes import KeyFileError, curve_authenticator, curve_client, curve_server, generate, revoke
 
-VERDICTS = {zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL}
+VERDICTS = {
+    zmq.EVENT_HANDSHAKE_SUCCEEDED,
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+}
 VERDICT_WAIT = 20.0  # seconds: generous, the handshake takes milliseconds on an idle machine
 
 
@@ -50,7 +54,9 @@ async def running_server(keys: Path) -> AsyncIterator[Server]:
             try:
                 curve_server(socket, keys / "coordinator" / "coordinator.key_secret", authenticator)
                 port = socket.bind_to_random_port("tcp://127.0.0.1")
-                yield Server(context, socket, f"tcp://127.0.0.1:{port}", keys / "coordinator" / "coordinator.key")
+                yield Server(
+                    context, socket, f"tcp://127.0.0.1:{port}", keys / "coordinator" / "coordinator.key"
+                )
             finally:
                 socket.close(linger=0)
     finally:

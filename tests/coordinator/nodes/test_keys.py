@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import zmq.auth
-
 from click.testing import CliRunner, Result
 
 from coordinator._cli import main
@@ -32,7 +31,7 @@ def test_generate_writes_a_zmq_certificate_pair_with_safe_modes_whatever_the_uma
     directory = tmp_path / "keys"
     done = subprocess.run(
         [str(RHAIPOOL), "keys", "generate", str(directory), "node1"],
-        capture_output=True, text=True, timeout=60, preexec_fn=lambda: os.umask(0),
+        check=False, capture_output=True, text=True, timeout=60, preexec_fn=lambda: os.umask(0),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     public, secret = directory / "node1.key", directory / "node1.key_secret"
@@ -74,7 +73,12 @@ def test_list_shows_name_public_key_and_revocation(tmp_path: Path) -> None:
         for name, sub in (("coordinator", "."), ("node1", "."), ("node2", "revoked"))
     }
     assert rows == [
-        {"name": "coordinator", "public_key": expected_key["coordinator"], "revoked": False, "has_secret": True},
+        {
+            "name": "coordinator",
+            "public_key": expected_key["coordinator"],
+            "revoked": False,
+            "has_secret": True,
+        },
         {"name": "node1", "public_key": expected_key["node1"], "revoked": False, "has_secret": True},
         {"name": "node2", "public_key": expected_key["node2"], "revoked": True, "has_secret": True},
     ]
