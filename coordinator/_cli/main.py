@@ -162,6 +162,15 @@ def bench_providers(ctx: click.Context) -> None:
     run(ctx.args)
 
 
+@bench.command("service", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_service(ctx: click.Context) -> None:
+    """Hook and mock inference through rhaipool serve vs the in-process API (``--concurrency``, ``--json``)."""
+    from coordinator.bench.service import main as run
+
+    run(ctx.args)
+
+
 @bench.command("binding", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_binding(ctx: click.Context) -> None:
