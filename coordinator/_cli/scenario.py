@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from coordinator._cli.errors import ScenarioError
 from coordinator.regions.assembly import AssembledRequest, assemble
 from coordinator.regions.hooks import RenderMeta
 from coordinator.regions.loading import DEFAULT_HOOK_TIMEOUT, RegionLoader, RegionPool
@@ -19,15 +20,10 @@ from coordinator.regions.model import ENTRY_KINDS, VOLATILITIES, Entry, ToolCall
 from coordinator.regions.reports import RenderReport
 from coordinator.regions.runtime import Region
 from coordinator.regions.tokens import estimate_tokens
-from proto.errors import RhaipoolError
 
 __all__ = ["Scenario", "ScenarioError", "ScenarioResult", "load_scenario", "run_scenario"]
 
 _OPS: Final = ("write", "render", "evict", "replace")
-
-
-class ScenarioError(RhaipoolError):
-    """The scenario file is not valid; the message names the step and the field."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from coordinator.providers.failures import (
     UnclassifiedProviderError,
     classify_thrown,
 )
+from proto.vocabulary import ErrorClass
 
 if TYPE_CHECKING:
     from coordinator._core.calls import HostHandler
@@ -58,7 +59,7 @@ def _translate(exc: BaseException) -> ProviderError:
     if isinstance(exc, pool_errors.ScriptError):
         if exc.rhai_class == "ScriptThrow":
             return classify_thrown(exc.value)
-        if exc.rhai_class == "InvalidValue":
+        if exc.rhai_class == ErrorClass.INVALID_VALUE:
             error = InvalidResponse(f"provider returned an unconvertible value: {exc.message}")
             error.unconvertible = True
             return error
@@ -68,7 +69,9 @@ def _translate(exc: BaseException) -> ProviderError:
     if isinstance(exc, pool_errors.WorkerCrashed):
         return UnclassifiedProviderError(f"the script's worker died ({exc.exit_reason or exc.message})")
     if isinstance(exc, pool_errors.WorkerLost):
-        return UnclassifiedProviderError(f"worker lost and the call could not be re-run safely: {exc.message}")
+        return UnclassifiedProviderError(
+            f"worker lost and the call could not be re-run safely: {exc.message}"
+        )
     if isinstance(exc, (pool_errors.Overloaded, pool_errors.NoWorkerAvailable)):
         return RequestFailed(f"script pool unavailable: {exc}")
     if isinstance(exc, pool_errors.RhaipoolError):
