@@ -5,6 +5,14 @@ Allowed values are nil, bool, int (signed or unsigned 64-bit), float, str, bin
 (including msgpack timestamps) are refused.  Every length is capped so that a
 hostile peer cannot make the receiver allocate without bound.  ``pack`` refuses
 everything ``unpack`` would: a message its peer drops is a call nobody answers.
+
+msgpack nests at most ~1024 levels (its packer's recursion limit, its unpacker's
+fixed stack), but scripts build values as deep as their budgets allow.  A body
+nesting deeper travels *flattened*: one extension value of type ``DEEP_EXT``
+holding a flat msgpack array of the value's nodes in pre-order, each container
+replaced by a header ``[0, n]`` (array of n) or ``[1, n]`` (map of n, then n
+key/value pairs).  Both sides walk it with an explicit stack: no recursion, and
+the decoder checks every count against the caps and the bytes left.
 """
 
 from __future__ import annotations
@@ -15,13 +23,25 @@ import msgpack
 
 from proto.errors import MalformedMessage, TooLarge
 
-__all__ = ["MAX_BODY_BYTES", "MAX_CONTAINER_LEN", "pack", "unpack"]
+__all__ = ["DEEP_EXT", "MAX_BODY_BYTES", "MAX_CONTAINER_LEN", "pack", "unpack"]
 
 MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 """Hard cap on one encoded body; zmq's MAXMSGSIZE is set to a little more."""
 
 MAX_CONTAINER_LEN: Final = 1_000_000
 """Hard cap on the element count of one array or map."""
+
+DEEP_EXT: Final = 1
+"""The one extension type on the wire: a whole body, flattened (see the module docstring)."""
+
+_EXT_HEADERS: Final = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
+"""First bytes of msgpack's ext formats: a body that starts with one may be a flattened value."""
+
+_MSGPACK_DEPTH: Final = 1000
+"""Deepest container nesting sent as plain msgpack; its unpacker refuses 1025 levels."""
+
+_ARRAY, _MAP = 0, 1
+"""Container headers in a flattened body."""
 
 _CONTAINERS: Final = (dict, list, tuple)
 """What msgpack packs as an array or a map (subclasses included: ``strict_types=False``)."""
@@ -50,16 +70,19 @@ def _no_ext(code: int, data: bytes) -> object:
     raise MalformedMessage(f"msgpack extension type {code} is not allowed")
 
 
-def _check_packable(value: object) -> None:
+def _check_packable(value: object) -> int:
     """Refuse what msgpack packs but ``unpack`` refuses: non-string map keys, containers over the cap.
 
     Without this the peer drops the whole message, and its call ends only by a deadline.  Iterative
     (no recursion limit); a long list of scalars is skipped by one C-level pass over its types.
+    Returns how deep containers nest (1 for a flat one).
     """
-    stack: list[Any] = [value]
+    stack: list[tuple[Any, int]] = [(value, 1)]
     pop, push = stack.pop, stack.append
+    deepest = 1
     while stack:
-        node = pop()
+        node, depth = pop()
+        deepest = max(deepest, depth)
         if len(node) > MAX_CONTAINER_LEN:
             raise TooLarge(f"{type(node).__name__} of {len(node)} elements exceeds {MAX_CONTAINER_LEN}")
         if isinstance(node, dict):
@@ -67,24 +90,120 @@ def _check_packable(value: object) -> None:
                 if not isinstance(key, str):
                     raise MalformedMessage(f"map key of type {type(key).__name__}; keys must be strings")
                 if isinstance(item, _CONTAINERS):
-                    push(item)
+                    push((item, depth + 1))
         elif len(node) <= 16 or any(issubclass(t, _CONTAINERS) for t in set(map(type, node))):
             for item in node:
                 if isinstance(item, _CONTAINERS):
-                    push(item)
+                    push((item, depth + 1))
+    return deepest
+
+
+def _flatten(value: object) -> list[Any]:
+    """Pre-order nodes of ``value``, containers replaced by headers (iterative: any depth)."""
+    flat: list[Any] = []
+    stack: list[Any] = [value]
+    pop, push, emit = stack.pop, stack.append, flat.append
+    while stack:
+        node = pop()
+        if isinstance(node, dict):
+            emit([_MAP, len(node)])
+            for key, item in reversed(node.items()):
+                push(item)
+                push(key)
+        elif isinstance(node, (list, tuple)):
+            emit([_ARRAY, len(node)])
+            push_all = stack.extend
+            push_all(reversed(node))
+        else:
+            emit(node)
+    return flat
+
+
+def _pack_flat(value: object) -> bytes:
+    """A body too deep for msgpack, as one ``DEEP_EXT`` value."""
+    nodes = msgpack.packb(_flatten(value), use_bin_type=True, strict_types=False, datetime=False)
+    return msgpack.packb(msgpack.ExtType(DEEP_EXT, nodes))  # type: ignore[no-any-return]
 
 
 def pack(value: object) -> bytes:
     """Encode ``value``; raise ``ProtocolError`` for what the wire cannot carry or ``unpack`` would refuse."""
+    depth = _check_packable(value) if isinstance(value, _CONTAINERS) else 0
     try:
-        data = msgpack.packb(value, use_bin_type=True, strict_types=False, datetime=False)
+        if depth > _MSGPACK_DEPTH:
+            data = _pack_flat(value)
+        else:
+            data = msgpack.packb(value, use_bin_type=True, strict_types=False, datetime=False)
     except (TypeError, ValueError, OverflowError, msgpack.PackException) as exc:
         raise MalformedMessage(f"value cannot be encoded: {exc}") from exc
     if len(data) > MAX_BODY_BYTES:
         raise TooLarge(f"encoded body of {len(data)} bytes exceeds {MAX_BODY_BYTES}")
-    if isinstance(value, _CONTAINERS):
-        _check_packable(value)
     return data  # type: ignore[no-any-return]
+
+
+def _flat_ext(code: int, data: bytes) -> object:
+    if code != DEEP_EXT:
+        raise MalformedMessage(f"msgpack extension type {code} is not allowed")
+    return msgpack.ExtType(code, data)
+
+
+_MISSING: Final = object()
+
+
+def _node(node: Any) -> tuple[Any, int]:
+    """A flattened node: (new container, children it expects) for a header, (scalar, -1) otherwise."""
+    if isinstance(node, list):
+        if len(node) != 2 or node[0] not in (_ARRAY, _MAP) or type(node[1]) is not int:
+            raise MalformedMessage("bad container header in flattened value")
+        if node[1] < 0:
+            raise MalformedMessage("negative element count in flattened value")
+        if node[1] > MAX_CONTAINER_LEN:
+            raise TooLarge(f"container of {node[1]} elements exceeds {MAX_CONTAINER_LEN}")
+        return ({} if node[0] == _MAP else []), node[1]
+    return node, -1
+
+
+def _rebuild(nodes: list[Any]) -> Any:
+    """The value a flattened body stands for; every header is checked (iterative: any depth)."""
+    open_: list[list[Any]] = []  # [container, children still expected, key awaiting its value]
+    root: Any = _MISSING
+    for node in nodes:
+        if not open_ and root is not _MISSING:
+            raise MalformedMessage("flattened value has nodes after its end")
+        top = open_[-1] if open_ else None
+        if top is not None and type(top[0]) is dict and top[2] is None:
+            if type(node) is not str:
+                raise MalformedMessage(f"map key of type {type(node).__name__}; keys must be strings")
+            top[2] = node
+            continue
+        value, children = _node(node)
+        if top is None:
+            root = value
+        elif type(top[0]) is dict:
+            top[0][top[2]] = value
+            top[2] = None
+            top[1] -= 1
+        else:
+            top[0].append(value)
+            top[1] -= 1
+        if children > 0:
+            open_.append([value, children, None])
+        while open_ and open_[-1][1] == 0:
+            open_.pop()
+    if root is _MISSING or open_:
+        raise MalformedMessage("flattened value ends inside a container")
+    return root
+
+
+def _unpack_flat(data: bytes | memoryview) -> Any:
+    ext = msgpack.unpackb(data, ext_hook=_flat_ext, **{**_UNPACK_OPTIONS, "max_ext_len": MAX_BODY_BYTES})
+    if not isinstance(ext, msgpack.ExtType):
+        raise MalformedMessage("extension types are allowed only as a whole flattened body")
+    nodes = msgpack.unpackb(
+        ext.data, ext_hook=_no_ext, **{**_UNPACK_OPTIONS, "max_array_len": MAX_BODY_BYTES, "max_map_len": 0}
+    )
+    if not isinstance(nodes, list):
+        raise MalformedMessage("flattened value is not an array of nodes")
+    return _rebuild(nodes)
 
 
 def unpack(data: bytes | memoryview) -> Any:
@@ -92,6 +211,8 @@ def unpack(data: bytes | memoryview) -> Any:
     if len(data) > MAX_BODY_BYTES:
         raise TooLarge(f"body of {len(data)} bytes exceeds {MAX_BODY_BYTES}")
     try:
+        if len(data) and data[0] in _EXT_HEADERS:
+            return _unpack_flat(data)
         return msgpack.unpackb(data, object_hook=_string_keys, ext_hook=_no_ext, **_UNPACK_OPTIONS)
     except MalformedMessage:
         raise

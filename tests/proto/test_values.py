@@ -47,3 +47,82 @@ def test_every_msgpack_exception_is_translated() -> None:
             if cls is msgpack.exceptions.BufferFull:
                 continue  # streaming Unpacker only; unpackb never raises it
             assert issubclass(cls, caught), name
+
+
+def _nest(depth: int, kind: str) -> object:
+    value: object = "leaf"
+    for i in range(depth):
+        value = [value, i] if kind == "array" else {"k": value, "n": i, "e": {}}
+    return value
+
+
+def _depth(value: object) -> int:
+    """How deep ``_nest`` went, walked without recursion (== on such values recurses in C)."""
+    depth = 0
+    while value != "leaf":
+        value = value[0] if isinstance(value, list) else value["k"]  # type: ignore[index]
+        depth += 1
+    return depth
+
+
+@pytest.mark.parametrize("kind", ["array", "map"])
+@pytest.mark.parametrize("depth", [1, 1000, 1001, 1024, 1025, 10_000])
+def test_any_depth_crosses_the_wire(kind: str, depth: int) -> None:
+    data = pack(_nest(depth, kind))
+    back = unpack(data)
+    assert _depth(back) == depth
+    inner = back
+    for _ in range(depth - 1):
+        inner = inner[0] if kind == "array" else inner["k"]
+    assert inner == (["leaf", 0] if kind == "array" else {"k": "leaf", "n": 0, "e": {}})
+
+
+def test_shallow_values_stay_plain_msgpack() -> None:
+    value = _nest(1000, "array")
+    assert pack(value) == msgpack.packb(value)
+
+
+def _flat(nodes: list[object], code: int = 1) -> bytes:
+    return msgpack.packb(msgpack.ExtType(code, msgpack.packb(nodes)))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "error"),
+    [
+        ([], MalformedMessage),
+        ([[0, 2], 1], MalformedMessage),  # ends inside a container
+        ([[0, 1], 1, 2], MalformedMessage),  # nodes after the end
+        ([1, 2], MalformedMessage),
+        ([[1, 1], 5, 1], MalformedMessage),  # non-string key
+        ([[1, 1], b"k", 1], MalformedMessage),
+        ([[2, 1], 1], MalformedMessage),  # unknown header
+        ([[0, -1]], MalformedMessage),
+        ([[0, 1, 2], 1], MalformedMessage),
+        ([[0, 2_000_000]], TooLarge),
+        ([{"a": 1}], ProtocolError),  # maps never appear in a flat body
+    ],
+)
+def test_hostile_flat_bodies_are_refused(nodes: list[object], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        unpack(_flat(nodes))
+
+
+def test_only_the_flat_extension_and_only_as_the_whole_body() -> None:
+    with pytest.raises(MalformedMessage):
+        unpack(_flat([1], code=5))
+    with pytest.raises(MalformedMessage):
+        unpack(msgpack.packb([msgpack.ExtType(1, msgpack.packb([1]))]))
+    inner_ext = msgpack.packb([[0, 1], msgpack.ExtType(1, msgpack.packb([1]))])
+    with pytest.raises(MalformedMessage):
+        unpack(msgpack.packb(msgpack.ExtType(1, inner_ext)))
+    with pytest.raises(MalformedMessage):
+        unpack(msgpack.packb(msgpack.ExtType(1, b"\xc1")))
+
+
+def test_hostile_deep_flat_body_rebuilds_without_recursion() -> None:
+    depth = 200_000
+    nodes: list[object] = [[0, 1]] * depth + [None]
+    value = unpack(_flat(nodes))
+    for _ in range(depth):
+        value = value[0]
+    assert value is None
