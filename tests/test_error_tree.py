@@ -94,6 +94,25 @@ def test_the_walk_sees_every_package() -> None:
     } <= names
 
 
+def errors_module_of(module: str) -> str:
+    """Where a module's exceptions belong: its (sub-)package's ``errors`` module."""
+    parts = module.split(".")
+    if parts[0] != "coordinator" or len(parts) == 2:
+        return f"{parts[0]}.errors"
+    package = importlib.import_module(".".join(parts[:2]))
+    return f"{'.'.join(parts[:2])}.errors" if hasattr(package, "__path__") else "coordinator.errors"
+
+
+def test_each_package_keeps_its_exceptions_in_its_errors_module() -> None:
+    """The modules that raise them import (and may re-export) them; private helpers are exempt."""
+    misplaced = [
+        f"{c.__module__}.{c.__qualname__} (belongs in {errors_module_of(c.__module__)})"
+        for c in defined_exceptions()
+        if not c.__name__.startswith("_") and c.__module__ != errors_module_of(c.__module__)
+    ]
+    assert misplaced == []
+
+
 def test_names_are_unique_across_packages() -> None:
     """One name, one meaning: no two exception classes share a name."""
     names = [c.__name__ for c in defined_exceptions()]

@@ -1,5 +1,7 @@
 """The hardened Rhai engines, one per script kind, and the one place rhai errors are caught.
 
+The exceptions are ``worker.errors``'s (re-exported here).
+
 Every rhai exception (and every exception a host function lets escape) is
 translated here into a ``ScriptFailure`` whose fields are those of the wire's
 ERROR message, so nothing above this module needs to know rhai's classes.
@@ -15,9 +17,9 @@ from typing import Any, Final
 import rhai
 
 from proto.budgets import BUDGETS
-from proto.errors import RhaipoolError
 from proto.host import BROKERED_FUNCTIONS
 from proto.vocabulary import ErrorClass, Kind, Limit
+from worker.errors import CallAborted, DeadlineReached, ScriptFailure, WorkerError
 from worker.functions import HELPERS
 
 __all__ = [
@@ -34,37 +36,6 @@ __all__ = [
 
 
 OUTPUT_LIMIT: Final = 65_536
-
-
-class WorkerError(RhaipoolError):
-    """Raised inside a worker: a call ends, never the worker (under the one root so the tree is one tree)."""
-
-
-class CallAborted(WorkerError):
-    """Raised by a host function when its call was cancelled; ends the script as ``Cancelled``."""
-
-
-class DeadlineReached(WorkerError):
-    """Raised by a host function whose wait outlived the call's deadline; ends the script as ``ScriptTimeout``."""
-
-
-class ScriptFailure(WorkerError):
-    """A failed compile or call, already in the shape of a wire ERROR message."""
-
-    def __init__(
-        self,
-        cls: ErrorClass,
-        message: str,
-        *,
-        kind: str = "",
-        line: int | None = None,
-        column: int | None = None,
-        value: Any = None,
-        limit: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.cls, self.message, self.kind = cls, message, kind
-        self.line, self.column, self.value, self.limit = line, column, value, limit
 
 
 @dataclass(frozen=True, slots=True)

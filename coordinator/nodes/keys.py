@@ -22,7 +22,7 @@ from pathlib import Path
 
 import zmq.auth
 
-from proto.errors import RhaipoolError
+from coordinator.nodes.errors import KeyFileError
 
 __all__ = [
     "PUBLIC_SUFFIX",
@@ -43,10 +43,6 @@ DIR_MODE = 0o700
 PUBLIC_MODE = 0o644
 SECRET_MODE = 0o600
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class KeyFileError(RhaipoolError):
-    """A key operation that cannot be done (bad name, key exists, key missing, unreadable file)."""
 
 
 @dataclass(frozen=True, slots=True)
