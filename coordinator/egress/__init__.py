@@ -6,19 +6,38 @@ through :class:`Egress`, which is why the coordinator always knows whether a cal
 
 from __future__ import annotations
 
+from coordinator.egress.budgets import EgressLimits
 from coordinator.egress.client import CONNECT_TIMEOUT_SECS, MAX_REDIRECTS, Egress
 from coordinator.egress.env import EnvResolver, is_credential_shaped
-from coordinator.egress.errors import EgressDenied, HostError
+from coordinator.egress.errors import (
+    EgressBudgetExhausted,
+    EgressCapacityError,
+    EgressDenied,
+    EgressQuotaExceeded,
+    HostError,
+    ResponseBudgetExhausted,
+    StreamBudgetExhausted,
+    TenantRequestsExceeded,
+    TenantResponseBytesExceeded,
+)
 from coordinator.egress.policy import EgressPolicy
 from coordinator.egress.sse import SseFramer
 
 __all__ = [
     "CONNECT_TIMEOUT_SECS",
     "Egress",
+    "EgressBudgetExhausted",
+    "EgressCapacityError",
     "EgressDenied",
+    "EgressLimits",
     "EgressPolicy",
+    "EgressQuotaExceeded",
     "EnvResolver",
     "HostError",
+    "ResponseBudgetExhausted",
+    "StreamBudgetExhausted",
+    "TenantRequestsExceeded",
+    "TenantResponseBytesExceeded",
     "is_credential_shaped",
     "MAX_REDIRECTS",
     "SseFramer",

@@ -8,6 +8,7 @@ handing the script a page of mojibake it would then fail to parse in a confusing
 from __future__ import annotations
 
 import codecs
+from collections.abc import Awaitable, Callable
 
 import httpx
 
@@ -49,16 +50,28 @@ def is_text_like(content_type: str) -> bool:
     return media.startswith("text/") or any(marker in media for marker in _TEXT_MARKERS)
 
 
-async def read_capped(response: httpx.Response, cap: int) -> bytes:
-    """The whole body, or an ``api`` HostError as soon as it exceeds ``cap`` bytes."""
+async def read_capped(
+    response: httpx.Response, cap: int, reserve: Callable[[int], Awaitable[None]] | None = None
+) -> bytes:
+    """The whole body, or an ``api`` HostError as soon as it exceeds ``cap`` bytes.
+
+    ``reserve(n)`` is awaited before ``n`` more bytes are kept (the coordinator-wide budgets): all of
+    a declared ``Content-Length`` at once, then whatever arrives beyond it.
+    """
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise _too_large()
+    reserved = int(declared) if declared.isdigit() else 0
+    if reserve is not None:
+        await reserve(reserved)
     chunks, size = [], 0
     async for chunk in response.aiter_bytes():
         size += len(chunk)
         if size > cap:
             raise _too_large()
+        if reserve is not None and size > reserved:
+            await reserve(size - reserved)
+            reserved = size
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -20,13 +20,14 @@ import asyncio
 import ipaddress
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import httpcore
 import httpx
 
 from coordinator.egress.body import decode_lossy, read_capped, readable_text
+from coordinator.egress.budgets import EgressLimits, Reservation, TenantBudgets
 from coordinator.egress.errors import HostError, denied_error, status_error, transport_error
 from coordinator.egress.policy import EgressDenied, EgressPolicy
 from coordinator.egress.sse import SseFramer
@@ -185,7 +186,15 @@ def _same_origin(a: httpx.URL, b: httpx.URL) -> bool:
 class Egress:
     """The coordinator's only HTTP client; use as an async context manager."""
 
-    def __init__(self, *, verify: bool = True, http2: bool = False, max_connections: int = 1024) -> None:
+    def __init__(
+        self,
+        *,
+        verify: bool = True,
+        http2: bool = False,
+        max_connections: int = 1024,
+        limits: EgressLimits | None = None,
+    ) -> None:
+        self.budgets = TenantBudgets(limits)  # response bytes and requests in flight, in total and per tenant
         self._transport = _PolicyTransport(verify=verify, http2=http2, max_connections=max_connections)
         self._client = httpx.AsyncClient(
             transport=self._transport,
@@ -250,11 +259,16 @@ class Egress:
         raise httpx.TooManyRedirects(f"too many redirects (more than {MAX_REDIRECTS})")
 
     async def _fetch_once(
-        self, policy: EgressPolicy, request: httpx.Request, on_send: Callable[[], None] | None
+        self,
+        policy: EgressPolicy,
+        request: httpx.Request,
+        on_send: Callable[[], None] | None,
+        reservation: Reservation,
     ) -> tuple[int, str, str | None]:
+        reservation.close()  # a retried attempt starts from nothing held
         response = await self._send(policy, request, on_send)
         try:
-            raw = await read_capped(response, policy.max_response_bytes)
+            raw = await read_capped(response, policy.max_response_bytes, reservation.grow)
         finally:
             await response.aclose()
         if not 200 <= response.status_code < 300:
@@ -276,14 +290,27 @@ class Egress:
         headers: dict[str, str] | None = None,
         timeout: float = 900.0,
         on_send: Callable[[], None] | None = None,
+        tenant: str = "default",
     ) -> str:
-        """``http_get`` / ``http_post``: the body text of a 2xx answer, else HostError."""
+        """``http_get`` / ``http_post``: the body text of a 2xx answer, else HostError.
+
+        The body's bytes count against the budgets until the text is returned (``budgets.py``).
+        """
+        async with self.budgets.request(tenant, "response") as reservation:
+            return await self._fetch(policy, method, url, body, headers, timeout, on_send, reservation)
+
+    async def _fetch(
+        self, policy: EgressPolicy, method: str, url: str, body: str | None, headers: dict[str, str] | None,
+        timeout: float, on_send: Callable[[], None] | None, reservation: Reservation,
+    ) -> str:  # fmt: skip
         try:
             request = self._build(policy, method, url, body, headers or {})
             for attempt in range(len(_RETRY_SLEEPS) + 1):
                 try:  # each attempt gets the whole per-request timeout, as each reference request does
                     async with asyncio.timeout(timeout):
-                        status, text, retry_after = await self._fetch_once(policy, request, on_send)
+                        status, text, retry_after = await self._fetch_once(
+                            policy, request, on_send, reservation
+                        )
                     break
                 except _RETRYABLE:
                     if attempt == len(_RETRY_SLEEPS):
@@ -306,8 +333,20 @@ class Egress:
         headers: dict[str, str] | None = None,
         timeout: float = 900.0,
         on_send: Callable[[], None] | None = None,
-    ) -> AsyncIterator[str]:
-        """``stream_request``: SSE data payloads as they arrive; HTTP errors before the first one."""
+        tenant: str = "default",
+    ) -> AsyncGenerator[str, None]:
+        """``stream_request``: SSE data payloads as they arrive; HTTP errors before the first one.
+
+        Bytes read but not yet handed over as events count against the budgets (``budgets.py``).
+        """
+        async with self.budgets.request(tenant, "stream") as reservation:
+            async for payload in self._stream(policy, url, body, headers, timeout, on_send, reservation):
+                yield payload
+
+    async def _stream(
+        self, policy: EgressPolicy, url: str, body: str, headers: dict[str, str] | None, timeout: float,
+        on_send: Callable[[], None] | None, reservation: Reservation,
+    ) -> AsyncGenerator[str, None]:  # fmt: skip
         deadline = asyncio.get_running_loop().time() + timeout
         try:
             request = self._build(policy, "POST", url, body, headers or {})
@@ -318,18 +357,23 @@ class Egress:
         except (httpx.TransportError, httpx.TooManyRedirects, httpx.InvalidURL, TimeoutError, OSError) as exc:
             raise transport_error(exc, timeout) from exc
         try:
-            async for payload in self._payloads(response, policy, deadline, timeout):
+            async for payload in self._payloads(response, policy, deadline, timeout, reservation):
                 yield payload
         finally:
             await response.aclose()
 
     async def _payloads(
-        self, response: httpx.Response, policy: EgressPolicy, deadline: float, timeout: float
-    ) -> AsyncIterator[str]:
+        self,
+        response: httpx.Response,
+        policy: EgressPolicy,
+        deadline: float,
+        timeout: float,
+        reservation: Reservation,
+    ) -> AsyncGenerator[str, None]:
         if not 200 <= response.status_code < 300:
             try:
                 async with asyncio.timeout_at(deadline):
-                    raw = await read_capped(response, policy.max_response_bytes)
+                    raw = await read_capped(response, policy.max_response_bytes, reservation.grow)
             except (httpx.TransportError, TimeoutError, HostError):
                 raw = b""
             text = decode_lossy(response, raw)
@@ -344,8 +388,10 @@ class Egress:
                 break
             except (httpx.TransportError, TimeoutError, OSError) as exc:
                 raise transport_error(exc, timeout) from exc
+            await reservation.grow(len(data))
             for payload in framer.feed(data):
                 yield payload
+            reservation.shrink_to(framer.buffered)  # handed over: only a partial event is still held
             if framer.buffered > policy.max_response_bytes:
                 raise HostError(
                     {"kind": "api", "message": "response too large: one event exceeded the size cap"}

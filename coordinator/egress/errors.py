@@ -3,6 +3,13 @@
     RhaipoolError (proto.errors)
     ├── EgressDenied           the policy refuses this request; nothing was sent
     └── HostError              a host function failed; ``.value`` is the map thrown into the script
+        └── EgressCapacityError               no room for this request or body (``budgets.py``)  .limit .tenant
+            ├── EgressBudgetExhausted         a coordinator-wide budget is full
+            │   ├── ResponseBudgetExhausted   response bytes being read
+            │   └── StreamBudgetExhausted     stream bytes not yet handed over
+            └── EgressQuotaExceeded           one tenant's quota is full
+                ├── TenantRequestsExceeded        egress requests in flight
+                └── TenantResponseBytesExceeded   response bytes in flight
 
 ``HostError.value`` is exactly the map the script's ``catch`` sees; httpx exceptions are translated
 here and nowhere else (STYLE practice 2).
@@ -13,14 +20,21 @@ from __future__ import annotations
 import http
 import socket
 import ssl
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from proto.errors import RhaipoolError
 
 __all__ = [
+    "EgressBudgetExhausted",
+    "EgressCapacityError",
     "EgressDenied",
+    "EgressQuotaExceeded",
+    "ResponseBudgetExhausted",
+    "StreamBudgetExhausted",
+    "TenantRequestsExceeded",
+    "TenantResponseBytesExceeded",
     "denied_error",
     "HostError",
     "MAX_ERROR_BODY_CHARS",
@@ -48,6 +62,48 @@ class HostError(RhaipoolError):
         super().__init__(str(value.get("message", "")))
         self.value = value
         self.failure_kind = failure_kind
+
+
+class EgressCapacityError(HostError):
+    """Egress had no room for this request or body; transient for the script (``transport``)."""
+
+    limit: ClassVar[str] = ""
+
+    def __init__(self, message: str, *, tenant: str) -> None:
+        super().__init__({"kind": "transport", "message": message, "transient": True})
+        self.tenant = tenant
+
+
+class EgressBudgetExhausted(EgressCapacityError):
+    """A coordinator-wide budget is full (all tenants together)."""
+
+
+class ResponseBudgetExhausted(EgressBudgetExhausted):
+    """The global budget of response bytes being read is full."""
+
+    limit = "response_bytes"
+
+
+class StreamBudgetExhausted(EgressBudgetExhausted):
+    """The global budget of stream bytes not yet handed over is full."""
+
+    limit = "stream_bytes"
+
+
+class EgressQuotaExceeded(EgressCapacityError):
+    """One tenant's quota is full; other tenants are unaffected."""
+
+
+class TenantRequestsExceeded(EgressQuotaExceeded):
+    """The tenant already has its quota of egress requests in flight."""
+
+    limit = "tenant_requests"
+
+
+class TenantResponseBytesExceeded(EgressQuotaExceeded):
+    """The tenant already holds its quota of response bytes in flight."""
+
+    limit = "tenant_response_bytes"
 
 
 #: Where Python's phrase differs from the reference's (Rust ``http`` crate ``canonical_reason``), or

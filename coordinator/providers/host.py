@@ -8,6 +8,7 @@ request left the machine: the re-run rule after a worker death depends on it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -107,6 +108,7 @@ class ProviderHost:
                 headers=_headers(headers),
                 timeout=self.timeout,
                 on_send=self._mark_sent,
+                tenant=self.tenant,
             )
         except HostError as err:
             raise await self._on_error(err) from err
@@ -121,16 +123,19 @@ class ProviderHost:
         self._check(name, args)
         assert self.egress is not None
         url, body, headers = args
+        events = self.egress.stream(
+            self.policy,
+            url,
+            body=body,
+            headers=_headers(headers),
+            timeout=self.timeout,
+            on_send=self._mark_sent,
+            tenant=self.tenant,
+        )
         try:
-            async for payload in self.egress.stream(
-                self.policy,
-                url,
-                body=body,
-                headers=_headers(headers),
-                timeout=self.timeout,
-                on_send=self._mark_sent,
-            ):
-                yield payload
+            async with contextlib.aclosing(events):  # hands its budgeted bytes back as soon as we stop
+                async for payload in events:
+                    yield payload
         except HostError as err:
             log.info(
                 "provider %s (tenant %s): stream request failed: %s",

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from coordinator.egress import Egress
+from coordinator.egress import Egress, EgressLimits
 from coordinator.providers.config import ProvidersConfig, load_config
 from coordinator.providers.executor import DEFAULT_TENANT, KIND, PoolExecutor
 from coordinator.providers.loader import OPTIONAL, check_functions
@@ -37,12 +37,16 @@ def read_config(config: Path | None, providers_dir: Path | None = None) -> Provi
 
 @asynccontextmanager
 async def open_runtime(
-    config: ProvidersConfig, *, workers: int | None = 1, **pool_options: Any
+    config: ProvidersConfig,
+    *,
+    workers: int | None = 1,
+    egress_limits: EgressLimits | None = None,
+    **pool_options: Any,
 ) -> AsyncIterator[ProviderRuntime]:
-    """Start a pool and the shared HTTP client, and yield a runtime over them."""
+    """Start a pool and the shared HTTP client (``egress_limits``: its budgets), and yield a runtime."""
     from coordinator._core.pool import Pool
 
-    async with Pool(workers=workers, **pool_options) as pool, Egress() as egress:
+    async with Pool(workers=workers, **pool_options) as pool, Egress(limits=egress_limits) as egress:
         yield ProviderRuntime(PoolExecutor(pool), egress, config)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coordinator.egress import Egress
+from coordinator.egress import Egress, EgressLimits
 from coordinator._core.config import PoolConfig
 from coordinator._core.pool import Pool
 from coordinator.providers.clock import Clock
@@ -53,6 +53,7 @@ class Harness:
         clock: Clock | None = None,
         timeout: float = 60.0,
         pool_config: PoolConfig | None = None,
+        egress_limits: EgressLimits | None = None,
     ) -> T:
         """Start pool and egress, build a runtime, run ``body(runtime)``; fail on loop errors.
 
@@ -62,7 +63,11 @@ class Harness:
 
         async def main() -> T:
             asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-            async with asyncio.timeout(timeout), (Pool(pool_config) if pool_config else Pool(workers=workers)) as pool, Egress() as egress:
+            async with (
+                asyncio.timeout(timeout),
+                Pool(pool_config) if pool_config else Pool(workers=workers) as pool,
+                Egress(limits=egress_limits) as egress,
+            ):
                 runtime = ProviderRuntime(PoolExecutor(pool), egress, self.config(), clock=clock)
                 self.runtime = runtime
                 return await body(runtime)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from coordinator._core.config import PoolConfig
+from coordinator.egress import EgressLimits
 from coordinator.errors import CallFailed
 from coordinator.providers.failures import ProviderError
 from coordinator.providers.loader import ProviderLoadError
@@ -99,8 +100,7 @@ def test_the_tenant_cap_applies_to_provider_calls(harness: Harness) -> None:
     while a second tenant's single inference is placed at once: it finishes before the flood does."""
     harness.write(
         "nap",
-        "fn initialize(config) { config }\n"
-        'fn inference(state, request) { sleep(0.3); #{content: "ok"} }\n',
+        'fn initialize(config) { config }\nfn inference(state, request) { sleep(0.3); #{content: "ok"} }\n',
     )
     finished: list[str] = []
 
@@ -119,3 +119,25 @@ def test_the_tenant_cap_applies_to_provider_calls(harness: Harness) -> None:
     harness.run(body, pool_config=PoolConfig(workers=2, spares=0, tenant_max_inflight=1))
     assert finished.index("quiet") < 3, finished  # not behind the whole flood
     assert finished.count("flood") == 4
+
+
+def test_the_egress_quota_of_one_tenant_leaves_another_alone(harness: Harness) -> None:
+    """Each inference's HTTP request counts against its own tenant's egress requests in flight."""
+    harness.table("slow", base_url=harness.server.url + "/slow/0.5")
+    harness.data["limits"] = {"inference_retry_attempts": 1}
+    harness.write(
+        "slow",
+        "fn initialize(config) { config }\n"
+        "fn inference(state, request) { #{content: parse_json(http_get(state.base_url)).text} }\n",
+    )
+
+    async def body(rt: ProviderRuntime) -> list[Any]:
+        for tenant in ("busy", "quiet"):
+            await rt.get("slow", tenant=tenant)
+        calls = [rt.inference("slow", REQ, tenant=t) for t in ("busy", "busy", "quiet")]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    results = harness.run(body, egress_limits=EgressLimits(tenant_requests=1, request_wait=0.1))
+    failed = [r for r in results if isinstance(r, ProviderError)]
+    assert len(failed) == 1 and "tenant_requests" in failed[0].message and failed[0].transient
+    assert results[2].content == "slow answer"  # the quiet tenant's request was never in the way

@@ -1,0 +1,219 @@
+"""What the coordinator holds for egress, bounded in total as well as per call (issue 10, points 2 and 5).
+
+Per call, ``max_response_bytes`` caps one body or one SSE event. That alone let 40 concurrent 16 MB
+answers take the coordinator to 1 GB, so every byte read from a provider is also counted against:
+
+* a **global response budget** (bodies of ``http_get``/``http_post`` being read, until the text is
+  handed to the script): default 256 MiB, ``EgressLimits.response_bytes``;
+* a **global stream-buffer budget** (``stream_request`` bytes read but not yet handed over as
+  events, partial events included): default 64 MiB, ``EgressLimits.stream_bytes``;
+* the tenant's **response bytes in flight** (both kinds): default 64 MiB per tenant,
+  ``EgressLimits.tenant_response_bytes``;
+
+and every request counts against the tenant's **egress requests in flight**: default 128,
+``EgressLimits.tenant_requests``; a request over it queues up to ``EgressLimits.request_wait``
+(default 30 s) for one of the tenant's own requests to finish.
+
+A read that finds no room waits up to ``EgressLimits.wait`` (default 2 s) for others to hand their
+bodies over, then fails with its own typed error (``coordinator.egress.errors``: a ``HostError`` subclass, so the script sees a ``transport`` map with ``transient: true`` and the provider retry
+layer treats it like any passing capacity problem). A body that can never fit (bigger than the whole
+budget) fails at once. A declared ``Content-Length`` is reserved in one piece before reading, so two
+big answers do not each get half-way and then starve each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from coordinator.egress.errors import (
+    EgressBudgetExhausted,
+    ResponseBudgetExhausted,
+    StreamBudgetExhausted,
+    TenantRequestsExceeded,
+    TenantResponseBytesExceeded,
+)
+
+__all__ = ["ByteBudget", "EgressLimits", "Reservation", "TenantBudgets"]
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class EgressLimits:
+    """The totals egress may hold; ``None`` switches a per-tenant quota off. Defaults in the docstring."""
+
+    response_bytes: int = 256 * _MIB
+    stream_bytes: int = 64 * _MIB
+    tenant_response_bytes: int | None = 64 * _MIB
+    tenant_requests: int | None = 128
+    wait: float = 2.0
+    request_wait: float = 30.0
+
+
+class ByteBudget:
+    """Units (bytes, requests) held at once, with waiting for room in arrival order.
+
+    Strictly first come, first served: a big request at the head is not overtaken by small ones,
+    so it cannot starve; it waits at most ``wait`` like everyone else.
+    """
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing held and nobody waiting."""
+        return self.used == 0 and not self._waiters
+
+    async def acquire(self, n: int, wait: float) -> bool:
+        """Hold ``n`` more units, waiting up to ``wait`` seconds for room; ``False`` if none came.
+
+        ``n`` larger than the whole budget never fits and is refused at once.
+        """
+        if n <= 0:
+            return True
+        if n > self.total:
+            return False
+        if not self._waiters and self.used + n <= self.total:
+            self.used += n
+            return True
+        entry = (n, asyncio.get_running_loop().create_future())
+        self._waiters.append(entry)
+        granted = False
+        try:
+            async with asyncio.timeout(wait):
+                await entry[1]
+            granted = True
+        except TimeoutError:
+            pass
+        finally:
+            if not granted:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
+                if entry[1].done() and not entry[1].cancelled():
+                    self.release(n)  # room came just as we gave up: pass it on
+                self._wake()  # a head that gave up may have been blocking smaller ones
+        return granted
+
+    def release(self, n: int) -> None:
+        """Give ``n`` units back and grant waiters in order (safe in a ``finally``)."""
+        if n > 0:
+            self.used = max(0, self.used - n)
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            n, future = self._waiters[0]
+            if future.done():
+                self._waiters.popleft()
+                continue
+            if self.used + n > self.total:
+                return
+            self._waiters.popleft()
+            self.used += n
+            future.set_result(None)
+
+
+class Reservation:
+    """Bytes one body (or stream) holds in its global budget and its tenant's quota."""
+
+    def __init__(
+        self, owner: TenantBudgets, pool: ByteBudget, error: type[EgressBudgetExhausted], tenant: str
+    ) -> None:
+        self._owner, self._pool, self._error, self.tenant = owner, pool, error, tenant
+        self.held = 0
+
+    async def grow(self, n: int) -> None:
+        """Hold ``n`` more bytes, or raise the typed error of whichever bound had no room."""
+        owner, wait = self._owner, self._owner.limits.wait
+        quota = owner.tenant_bytes(self.tenant)
+        if quota is not None and not await quota.acquire(n, wait):
+            raise TenantResponseBytesExceeded(
+                f"egress refused: tenant {self.tenant!r} already holds its {quota.total}-byte quota of "
+                "response bytes in flight (EgressLimits.tenant_response_bytes)",
+                tenant=self.tenant,
+            )
+        if not await self._pool.acquire(n, wait):
+            if quota is not None:
+                quota.release(n)
+            raise self._error(
+                f"egress refused: the coordinator's {self._pool.total}-byte budget of "
+                f"{self._error.limit.replace('_', ' ')} in flight is full "
+                f"(EgressLimits.{self._error.limit})",
+                tenant=self.tenant,
+            )
+        self.held += n
+
+    def shrink_to(self, n: int) -> None:
+        """Hold only ``n`` bytes from now on (what is still buffered)."""
+        if n < self.held:
+            self._give_back(self.held - n)
+            self.held = n
+
+    def close(self) -> None:
+        """Give everything back (the body was handed over, or the request failed)."""
+        self.shrink_to(0)
+
+    def _give_back(self, n: int) -> None:
+        self._pool.release(n)
+        quota = self._owner.tenant_bytes(self.tenant)
+        if quota is not None:
+            quota.release(n)
+
+
+class TenantBudgets:
+    """The global budgets and every tenant's quotas of one :class:`~coordinator.egress.Egress`."""
+
+    def __init__(self, limits: EgressLimits | None = None) -> None:
+        self.limits = limits or EgressLimits()
+        self.responses = ByteBudget(self.limits.response_bytes)
+        self.streams = ByteBudget(self.limits.stream_bytes)
+        self._bytes: dict[str, ByteBudget] = {}
+        self._requests: dict[str, ByteBudget] = {}
+
+    def tenant_bytes(self, tenant: str) -> ByteBudget | None:
+        """The tenant's response-bytes quota (``None`` when switched off)."""
+        return self._per_tenant(self._bytes, tenant, self.limits.tenant_response_bytes)
+
+    def _per_tenant(self, table: dict[str, ByteBudget], tenant: str, total: int | None) -> ByteBudget | None:
+        if total is None:
+            return None
+        budget = table.get(tenant)
+        if budget is None:
+            budget = table[tenant] = ByteBudget(total)
+        return budget
+
+    def _forget_idle(self, table: dict[str, ByteBudget], tenant: str) -> None:
+        """Drop a tenant's idle entry so the tables hold only tenants with something in flight."""
+        budget = table.get(tenant)
+        if budget is not None and budget.idle:
+            del table[tenant]
+
+    @contextlib.asynccontextmanager
+    async def request(self, tenant: str, kind: str) -> AsyncIterator[Reservation]:
+        """One egress request of ``tenant`` (``kind`` ``"response"`` or ``"stream"``) while it runs."""
+        slots = self._per_tenant(self._requests, tenant, self.limits.tenant_requests)
+        if slots is not None and not await slots.acquire(1, self.limits.request_wait):
+            raise TenantRequestsExceeded(
+                f"egress refused: tenant {tenant!r} already has {slots.total} requests in flight "
+                "(EgressLimits.tenant_requests)",
+                tenant=tenant,
+            )
+        if kind == "stream":
+            reservation = Reservation(self, self.streams, StreamBudgetExhausted, tenant)
+        else:
+            reservation = Reservation(self, self.responses, ResponseBudgetExhausted, tenant)
+        try:
+            yield reservation
+        finally:
+            reservation.close()
+            if slots is not None:
+                slots.release(1)
+            self._forget_idle(self._requests, tenant)
+            self._forget_idle(self._bytes, tenant)
