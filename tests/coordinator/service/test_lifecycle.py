@@ -58,7 +58,11 @@ def test_sigterm_lets_in_flight_calls_finish_and_refuses_the_rest(tmp_path: Path
         assert service.process.wait(30) == 0
         assert service.stop() == 0
         assert ready == 503
-        assert all(isinstance(r, httpx.Response) and r.status_code == 200 for r in accepted), accepted
+        assert all(isinstance(r, httpx.Response) and r.status_code == 200 for r in accepted), [
+            r.text if isinstance(r, httpx.Response) else r
+            for r in accepted
+            if not isinstance(r, httpx.Response) or r.status_code != 200
+        ]
         assert _completions(standin) == 20  # each accepted call ran exactly once
         for r in late:  # refused while draining, or not accepted at all once the listener closed
             if isinstance(r, httpx.Response):
