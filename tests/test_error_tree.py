@@ -60,14 +60,14 @@ def render_tree(classes: list[type[BaseException]]) -> str:
     children: dict[type[BaseException], list[type[BaseException]]] = {}
     for cls in sorted(public, key=order.__getitem__):
         children.setdefault(_parent(cls), []).append(cls)
-    lines = [f"{'RhaipoolError':<40}{RhaipoolError.__module__}"]
+    lines = [f"{'RhaipoolError':<39} {RhaipoolError.__module__}"]
 
     def draw(node: type[BaseException], prefix: str) -> None:
         kids = children.get(node, [])
         for i, kid in enumerate(kids):
             last = i == len(kids) - 1
             label = prefix + ("└── " if last else "├── ") + kid.__name__
-            lines.append(f"{label:<40}{kid.__module__}".rstrip())
+            lines.append(f"{label:<39} {kid.__module__}".rstrip())
             draw(kid, prefix + ("    " if last else "│   "))
 
     draw(RhaipoolError, "")
