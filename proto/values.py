@@ -17,13 +17,14 @@ the decoder checks every count against the caps and the bytes left.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgpack
 
 from proto.errors import MalformedMessage, TooLarge
 
-__all__ = ["DEEP_EXT", "MAX_BODY_BYTES", "MAX_CONTAINER_LEN", "pack", "unpack"]
+__all__ = ["DEEP_EXT", "MAX_BODY_BYTES", "MAX_CONTAINER_LEN", "copy_nested", "pack", "unpack"]
 
 MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 """Hard cap on one encoded body; zmq's MAXMSGSIZE is set to a little more."""
@@ -137,7 +138,7 @@ def pack(value: object) -> bytes:
         raise MalformedMessage(f"value cannot be encoded: {exc}") from exc
     if len(data) > MAX_BODY_BYTES:
         raise TooLarge(f"encoded body of {len(data)} bytes exceeds {MAX_BODY_BYTES}")
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 def _flat_ext(code: int, data: bytes) -> object:
@@ -223,3 +224,40 @@ def unpack(data: bytes | memoryview) -> Any:
         if "exceeds max_" in str(exc):
             raise TooLarge(f"msgpack value too large: {exc}") from exc
         raise MalformedMessage(f"invalid msgpack: {exc}") from exc
+
+
+def copy_nested(
+    value: Any,
+    leaf: Callable[[Any], Any],
+    key: Callable[[Any], str],
+    *,
+    sort_keys: bool = False,
+    maps: type | tuple[type, ...] = dict,
+) -> Any:
+    """``value`` with its lists/tuples copied as lists and its ``maps`` as dicts, ``leaf`` applied to
+    everything else and ``key`` to every map key.  Iterative: values as deep as a script can build
+    (far past Python's recursion limit) convert; errors are whatever ``leaf`` and ``key`` raise."""
+    if not isinstance(value, (list, tuple, maps)):
+        return leaf(value)
+    root: Any = {} if isinstance(value, maps) else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        src, dst = stack.pop()
+        pairs = (
+            ((key(k), src[k]) for k in (sorted(src) if sort_keys else src)) if isinstance(dst, dict) else None
+        )
+        for slot, item in pairs if pairs is not None else enumerate(src):
+            child: Any
+            if isinstance(item, (list, tuple)):
+                child = []
+                stack.append((item, child))
+            elif isinstance(item, maps):
+                child = {}
+                stack.append((item, child))
+            else:
+                child = leaf(item)
+            if pairs is None:
+                dst.append(child)
+            else:
+                dst[slot] = child
+    return root

@@ -12,9 +12,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import rhai
+
 from coordinator.providers.errors import InvalidResponse, Unconvertible
 from coordinator.providers.metadata import MimeRow
 from coordinator.providers.parts import Part, parse_parts
+from proto.values import copy_nested
 
 __all__ = [
     "collapse",
@@ -45,26 +48,27 @@ _FINISH = {
 }
 
 
-def to_plain(value: Any, depth: int = 0) -> Any:
-    """The JSON form of a script value (SPEC §2.5); a blob becomes a list of byte integers."""
-    if depth > 256:
-        raise Unconvertible("value nested too deeply")
+def to_plain(value: Any) -> Any:
+    """The JSON form of a script value (SPEC §2.5); a blob becomes a list of byte integers.
+
+    Any depth (no recursion): the reference has no nesting limit."""
+    return copy_nested(value, _plain_leaf, _plain_key)
+
+
+def _plain_leaf(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return list(bytes(value))
-    if isinstance(value, (list, tuple)):
-        return [to_plain(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise Unconvertible("map key is not a string")
-            out[k] = to_plain(v, depth + 1)
-        return out
     raise Unconvertible(f"not plain data: {type(value).__name__}")
+
+
+def _plain_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise Unconvertible("map key is not a string")
+    return key
 
 
 def uint(value: Any) -> int:
@@ -299,17 +303,29 @@ def _float_text(value: float) -> str:
 
 def to_json_text(value: Any) -> str:
     """Compact JSON of a plain value exactly as serde_json writes it (SPEC §2.5): sorted keys, raw UTF-8,
-    floats in ryu's spelling; Python's ``json.dumps`` differs on exponents (``1e-07``, ``1e+21``)."""
+    floats in ryu's spelling; Python's ``json.dumps`` differs on exponents (``1e-07``, ``1e+21``).
+
+    Written by the binding (``rhai.to_json``, the one serde_json-identical writer, any depth); only
+    integers beyond i64 (host JSON in u64 range, which Rhai cannot hold) take the Python path."""
+    try:
+        return rhai.to_json(value)
+    except OverflowError:
+        return _python_json_text(value)
+
+
+def _python_json_text(value: Any) -> str:
     if isinstance(value, float):
         return _float_text(value) if math.isfinite(value) else "null"
     if value is None or isinstance(value, (bool, int, str)):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(to_json_text(v) for v in value) + "]"
+        return "[" + ",".join(_python_json_text(v) for v in value) + "]"
     if isinstance(value, dict):
         items = sorted(value.items())
         return (
-            "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{to_json_text(v)}" for k, v in items) + "}"
+            "{"
+            + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_python_json_text(v)}" for k, v in items)
+            + "}"
         )
     return json.dumps(value, ensure_ascii=False)
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from proto.values import copy_nested
+
 __all__ = [
     "CACHE_HINTS",
     "ENTRY_KINDS",
@@ -164,41 +166,42 @@ def to_rhai_json(value: Any) -> Any:
 
     A host may hand us arbitrary JSON in tool-call arguments; Rhai has no big
     integers, and the reference turns u64-range values into (lossy) floats.
+    Any depth (no recursion): the reference has no nesting limit.
     """
+    return copy_nested(value, _rhai_json_leaf, str, maps=Mapping)
+
+
+def _rhai_json_leaf(value: Any) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, str | float):
         return value
     if isinstance(value, int):
         return value if _I64_MIN <= value <= _I64_MAX else float(value)
-    if isinstance(value, Mapping):
-        return {str(k): to_rhai_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_rhai_json(v) for v in value]
     raise TypeError(f"value of type {type(value).__name__} has no JSON form")
 
 
-def plain_json(value: Any, *, _depth: int = 0) -> Any:
+def plain_json(value: Any) -> Any:
     """Convert a hook's return value to JSON the way the reference does (§2.5).
 
     Returns the JSON value; raises ``TypeError`` for a value with no JSON form
     (a blob, a function pointer, a timestamp, a custom type).  Non-finite floats
-    become ``None`` as serde_json writes them.
+    become ``None`` as serde_json writes them.  Any depth (no recursion): the
+    reference has no nesting limit.
     """
-    if _depth > 256:
-        raise TypeError("value nests too deeply to convert to JSON")
+    return copy_nested(value, _plain_leaf, _plain_key, sort_keys=True)
+
+
+def _plain_leaf(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if isinstance(value, list | tuple):
-        return [plain_json(v, _depth=_depth + 1) for v in value]
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key in sorted(value):
-            if not isinstance(key, str):
-                raise TypeError("map with a non-string key has no JSON form")
-            out[key] = plain_json(value[key], _depth=_depth + 1)
-        return out
     raise TypeError(f"a value of type {type(value).__name__} is not plain data")
+
+
+def _plain_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError("map with a non-string key has no JSON form")
+    return key
 
 
 def rust_trim(text: str) -> str:

@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import rhai
+
 from coordinator.regions.model import Message, SystemBlock
 from proto.tokens import quarter_bytes
 
@@ -23,8 +25,13 @@ arithmetic as the worker's ``count_tokens`` helper)."""
 
 
 def compact_json(value: Any) -> str:
-    """serde_json's compact form with sorted keys and raw non-ASCII (§2.5)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    """serde_json's compact form with sorted keys and raw non-ASCII (§2.5), byte for byte: written by
+    the binding (``rhai.to_json``: ``1e-7`` where ``json.dumps`` writes ``1e-07``, any depth).  Only
+    integers beyond i64, which Rhai cannot hold, take ``json.dumps``."""
+    try:
+        return rhai.to_json(value)
+    except OverflowError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 def _block_cost(block: dict[str, Any]) -> int:

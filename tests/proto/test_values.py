@@ -6,6 +6,7 @@ import msgpack
 import pytest
 
 from proto import MalformedMessage, ProtocolError, TooLarge, pack, unpack
+from proto.values import copy_nested
 
 
 def test_bytes_travel_as_bin_and_tuples_as_arrays() -> None:
@@ -126,3 +127,16 @@ def test_hostile_deep_flat_body_rebuilds_without_recursion() -> None:
     for _ in range(depth):
         value = value[0]
     assert value is None
+
+
+def test_copy_nested_walks_any_depth_and_applies_leaf_and_key() -> None:
+    value: object = 1
+    for _ in range(100_000):
+        value = ({"k": value, "x": 2.5},)
+    out = copy_nested(value, lambda v: v * 2, str.upper, sort_keys=True)
+    for _ in range(100_000):
+        assert isinstance(out, list) and list(out[0]) == ["K", "X"] and out[0]["X"] == 5.0
+        out = out[0]["K"]
+    assert out == 2
+    with pytest.raises(ZeroDivisionError):
+        copy_nested([[[0]]], lambda v: 1 / v, str)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import rhai
 
 from coordinator.regions.eviction import oldest_group_size, remove_indices, validate_indices
 from coordinator.regions.hooks import (
@@ -17,7 +18,7 @@ from coordinator.regions.hooks import (
 )
 from coordinator.regions.loading import RegionLoadError, check_hook_arities, resolve_script_path
 from coordinator.regions.model import Entry, Message, SystemBlock, ToolCall, plain_json, to_rhai_json
-from coordinator.regions.tokens import estimate_tokens, render_cost
+from coordinator.regions.tokens import compact_json, estimate_tokens, render_cost
 from coordinator.regions.writes import WriteDecision, interpret_on_write
 
 
@@ -87,6 +88,35 @@ def test_plain_json_refuses_what_has_no_json_form() -> None:
     for bad in (b"\x00", object(), {"k": b""}):
         with pytest.raises(TypeError):
             plain_json(bad)
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for i in range(depth):
+        value = {"k": [value], "i": i}
+    return value
+
+
+def _depth(value: Any) -> int:
+    depth = 0
+    while value != 1:
+        value, depth = value["k"][0], depth + 1
+    return depth
+
+
+def test_values_of_any_depth_convert_both_ways() -> None:
+    """The reference has no nesting limit (issue 12): 10 000 levels of ctx and of hook results convert."""
+    assert _depth(plain_json(_nested(10_000))) == 10_000
+    assert _depth(to_rhai_json(_nested(10_000))) == 10_000
+
+
+def test_the_budget_estimate_writes_floats_as_serde_json() -> None:
+    """``1e-7``, not Python's ``1e-07``: one token fewer, so no budget warning the reference does not give."""
+    block = {"type": "tool_use", "id": "t", "name": "n", "input": {"x": 1e-7}}
+    assert compact_json(block["input"]) == '{"x":1e-7}'
+    assert render_cost([], [Message("assistant", (block,))]) == 3  # ceil(len('{"x":1e-7}') / 4)
+    for value in (1e-7, 1e21, 5e-324, 1.7976931348623157e308, -0.0, 3.0, {"b": [0.1], "a": "\u00e9\n"}):
+        assert compact_json(value) == rhai.to_json(value)
 
 
 @pytest.mark.parametrize(
