@@ -1,8 +1,9 @@
-"""The ``rhaipool`` command line (SPEC §4).
+"""The ``rhaipool`` command line.
 
 Sub-commands live next to the runtime they drive (``coordinator._cli.regions``,
 ``coordinator._cli.providers``, ``coordinator.bench``); this module only attaches
 them and holds the two commands that span both kinds: ``validate`` and ``doctor``.
+Exit codes and the ``--json`` error shape are the same everywhere (``coordinator._cli.output``).
 """
 
 from __future__ import annotations
@@ -21,28 +22,55 @@ from coordinator._cli import providers as provider_cli
 from coordinator._cli import regions as region_cli
 from coordinator._cli.keys import keys as keys_group
 from coordinator._cli import serve as serve_cli
+from coordinator._cli.output import (
+    CONTEXT_SETTINGS,
+    EXIT_USAGE,
+    RhaipoolGroup,
+    add_verbosity,
+    fail,
+)
 from coordinator._cli.remote import SERVER_HELP, remote_doctor, remote_validate
+from coordinator._cli.validate import infer_kind, validate_config
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 
-@click.group()
+@click.group(cls=RhaipoolGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="rhaipool")
 def main() -> None:
     """Run untrusted Rhai region and provider scripts in sandboxed workers."""
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path))
-@click.option("--kind", type=click.Choice(["region", "provider"]), required=True)
-@click.option("--json", "as_json", is_flag=True, help='Print {"valid", "error", "functions", "metadata"}.')
+@click.argument("path", type=click.Path(path_type=Path), required=False)
+@click.option(
+    "--kind",
+    type=click.Choice(["region", "provider"]),
+    default=None,
+    help="What PATH is; when left out, a script defining inference is a provider, else a region.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Config file (TOML): without PATH, check the whole file and every provider script it names.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (see the CLI reference).")
 @click.option("--server", default=None, help=SERVER_HELP)
-def validate(path: Path, kind: str, as_json: bool, server: str | None) -> None:
-    """Compile PATH in a sandboxed worker and run the load-time checks of its kind.
+def validate(
+    path: Path | None, kind: str | None, config_path: Path | None, as_json: bool, server: str | None
+) -> None:
+    """Compile PATH in a sandboxed worker and check the functions its kind requires.
 
-    PATH is not checked by click: a missing or unreadable file is an invalid script, reported with the
-    reference's read-error message (in the ``--json`` document when asked), not as a usage error.
+    With --config FILE and no PATH, check the whole config file instead.
     """
+    if path is None:
+        if config_path is None:
+            fail("give a script PATH, or --config FILE to check a config file", as_json, EXIT_USAGE, "UsageError")
+        sys.exit(validate_config(config_path, as_json))
+    if not path.is_file():
+        fail(f"cannot read {path}: no such file", as_json, EXIT_USAGE, "InputError")
+    kind = kind or infer_kind(path)
     if server:
         sys.exit(remote_validate(path, kind, as_json, server))
     if kind == "region":
@@ -69,54 +97,56 @@ async def _sandbox_report() -> list[dict[str, Any]]:
         ]
 
 
-def _doctor_inference(config_path: Path | None, target: str) -> dict[str, Any]:
-    """The ``-m`` half; a config that cannot be read is a failed check with its reason, not a traceback."""
-    from coordinator.providers.config import ProviderConfigError
-    from coordinator.providers.session import read_config
-
-    try:
-        config = read_config(config_path)
-    except ProviderConfigError as exc:
-        name, _, model = target.partition("/")
-        return {"provider": name, "model": model or None, "ok": False, "error": str(exc)}
-    return asyncio.run(provider_cli.doctor_model(config, target))
+def _doctor_text(report: dict[str, Any], target: str | None) -> None:
+    for w in report["workers"]:
+        click.echo(f"worker {w['worker']} (pid {w['pid']}): {'healthy' if w['healthy'] else 'NOT healthy'}")
+        for layer, info in w["sandbox"].items():
+            if isinstance(info, dict) and "active" in info:
+                mark = "active  " if info["active"] else "INACTIVE"
+                click.echo(f"  {layer:<13} {mark} {info.get('detail', '')}")
+    if target:
+        inf = report["inference"]
+        click.echo(f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}")
 
 
 @main.command()
-@click.option("-m", "target", help="Also run one real inference on PROVIDER/MODEL.")
+@click.option("-m", "target", metavar="PROVIDER/MODEL", help="Also run one real inference on PROVIDER/MODEL.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config file (TOML).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--providers-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory of provider scripts (overrides the config's providers_dir).",
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"workers", "ok", "inference"?}.')
 @click.option("--server", default=None, help=SERVER_HELP)
-def doctor(target: str | None, config_path: Path | None, as_json: bool, server: str | None) -> None:
+def doctor(
+    target: str | None, config_path: Path | None, providers_dir: Path | None, as_json: bool, server: str | None
+) -> None:
     """Report every sandbox layer of a real worker, the pool's health and, with -m, one inference."""
+    if target is not None and (target.count("/") < 1 or not all(target.partition("/")[::2])):
+        fail(f"-m takes PROVIDER/MODEL (for example groq/llama-3.3-70b), not {target!r}", as_json, EXIT_USAGE, "UsageError")
+    config = provider_cli.config_or_exit(config_path, providers_dir, as_json) if (config_path or providers_dir or target) else None
     if server:
         sys.exit(remote_doctor(server, target, as_json))
     workers = asyncio.run(_sandbox_report())
     report: dict[str, Any] = {"workers": workers, "ok": all(w["healthy"] for w in workers)}
-    if target:
-        report["inference"] = _doctor_inference(config_path, target)
+    if target and config is not None:
+        report["inference"] = asyncio.run(provider_cli.doctor_model(config, target))
         report["ok"] = report["ok"] and report["inference"]["ok"]
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))
     else:
-        for w in workers:
-            click.echo(
-                f"worker {w['worker']} (pid {w['pid']}): {'healthy' if w['healthy'] else 'NOT healthy'}"
-            )
-            for layer, info in w["sandbox"].items():
-                if isinstance(info, dict) and "active" in info:
-                    mark = "active  " if info["active"] else "INACTIVE"
-                    click.echo(f"  {layer:<13} {mark} {info.get('detail', '')}")
-        if target:
-            inf = report["inference"]
-            click.echo(
-                f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}"
-            )
+        _doctor_text(report, target)
     sys.exit(0 if report["ok"] else 1)
 
 
 @main.command()
-@click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--scenario",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Region scenario to replay (default: the shipped brain scenario).",
+)
 def demo(scenario: Path | None) -> None:
     """Replay a region scenario and ask a provider, both through the sandboxed pool."""
     from coordinator._cli.demo import EXAMPLES, provider_demo
@@ -147,7 +177,7 @@ bench.add_command(pool_bench, name="pool")
 @bench.command("regions", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_regions(ctx: click.Context) -> None:
-    """Region render through the pool vs in-process (``--entries``, ``--repeat``, ``--json``)."""
+    """Region render through the pool vs in-process (--entries, --repeat, --json)."""
     from coordinator.bench.regions import main as run
 
     run(ctx.args)
@@ -156,7 +186,7 @@ def bench_regions(ctx: click.Context) -> None:
 @bench.command("providers", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_providers(ctx: click.Context) -> None:
-    """256 concurrent inferences through the pool vs plain httpx (``--help`` for options)."""
+    """256 concurrent inferences through the pool vs plain httpx (--help for options)."""
     from coordinator.bench.providers import main as run
 
     run(ctx.args)
@@ -165,7 +195,7 @@ def bench_providers(ctx: click.Context) -> None:
 @bench.command("service", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_service(ctx: click.Context) -> None:
-    """Hook and mock inference through rhaipool serve vs the in-process API (``--concurrency``, ``--json``)."""
+    """Hook and mock inference through rhaipool serve vs the in-process API (--concurrency, --json)."""
     from coordinator.bench.service import main as run
 
     run(ctx.args)
@@ -174,7 +204,10 @@ def bench_service(ctx: click.Context) -> None:
 @bench.command("binding", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_binding(ctx: click.Context) -> None:
-    """rhai-python call overhead, ctx round trip vs msgpack, ops/s, compile times (``--json``)."""
+    """rhai-python call overhead, ctx round trip vs msgpack, ops/s, compile times (--json)."""
     from coordinator.bench.binding import main as run
 
     run(ctx.args)
+
+
+add_verbosity(main)

@@ -62,6 +62,8 @@ class HostError(RhaipoolError):
         super().__init__(str(value.get("message", "")))
         self.value = value
         self.failure_kind = failure_kind
+        self.server_text: str | None = None
+        """The body of a 429 (not in ``value``: scripts see the reference's map); for error messages."""
 
 
 class EgressCapacityError(HostError):
@@ -149,7 +151,9 @@ def status_error(status: int, body: str, retry_after: str | None) -> HostError:
         seconds = retry_after_secs(retry_after)
         if seconds is not None:
             value["retry_after"] = seconds
-        return HostError(value)
+        limited = HostError(value)
+        limited.server_text = body[:MAX_ERROR_BODY_CHARS]
+        return limited
     if len(body) > MAX_ERROR_BODY_CHARS:
         body = body[:MAX_ERROR_BODY_CHARS] + "…"
     value = {"kind": "api", "message": f"HTTP {status} {reason_phrase(status)}: {body}"}

@@ -37,6 +37,8 @@ __all__ = [
     "decorate",
     "error_from_dict",
     "FAILURE_KINDS",
+    "MAX_RETRY_AFTER_SECS",
+    "REASON_REMEDIES",
     "InvalidResponse",
     "ProviderError",
     "RateLimitExceeded",
@@ -62,6 +64,19 @@ FAILURE_KINDS: dict[str, str] = {
     "server-error": "the provider's own endpoint failed; this may pass on retry",
     "malformed-response": "the answer could not be parsed; check how the script parses the API's answer",
 }
+
+#: Remedies for the failures that are not transport labels: the ``reason`` of Unavailable, and 429.
+REASON_REMEDIES: dict[str, str] = {
+    "auth-failed": "the provider refused the API key; check api_key in the provider's config table "
+    "(or the environment variable the script reads) and that the key is still active",
+    "forbidden": "the key is valid but not allowed to do this; check the key's permissions and the model id",
+    "credits-exhausted": "the account has no credit left; top it up or fail over to another provider",
+    "rate-limited": "the provider is rate limiting this key; wait, lower the request rate "
+    "([model_providers.NAME.rate_limit]) or raise the account's limits",
+}
+
+#: Longest wait a script provider's 429 ``retry_after`` may ask for (seconds); the reference always waits 15 s.
+MAX_RETRY_AFTER_SECS = 60
 
 _CREDIT_PHRASES = (
     "credit balance is too low",
@@ -151,7 +166,9 @@ def classify_thrown(value: Any) -> ProviderError:
     raw_message = message
     message = decorate(message, value.get("failure_kind"))
     if kind == "rate_limited":
-        return RateLimitExceeded(message, capacity=True)
+        after = value.get("retry_after")
+        wait = min(after, MAX_RETRY_AFTER_SECS) if isinstance(after, int) and not isinstance(after, bool) and after >= 0 else None
+        return RateLimitExceeded(message, capacity=True, retry_after=wait)
     if kind in ("transport", "server"):
         return RequestFailed(message)
     if kind == "api":

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from coordinator.egress import Egress
@@ -65,6 +65,8 @@ class ProviderRuntime:
         self.clock = clock or MonotonicClock()
         self._limiters: dict[str, tuple[Any, RateLimiter, Backoff429]] = {}
         self._gates: dict[str, tuple[int, asyncio.Semaphore]] = {}
+        self.on_retry: Callable[[ProviderError, float], None] | None = None
+        """Told of each retry (the error and the delay) before its wait; the CLI prints it."""
 
     @property
     def config(self) -> ProvidersConfig:
@@ -255,6 +257,7 @@ class ProviderRuntime:
                     ),
                     policy,
                     self.clock,
+                    self.on_retry,
                 )
         except TimeoutError:
             raise UnclassifiedProviderError(

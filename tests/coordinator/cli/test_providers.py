@@ -38,7 +38,8 @@ def test_pg1_validate_provider(tmp_path: Path) -> None:
     bad.write_text("fn initialize(config){#{}}")
     result = invoke(validate, str(bad), "--json")
     doc = json.loads(result.stdout)
-    assert result.exit_code == 1 and doc["valid"] is False and "inference" in doc["error"]
+    assert result.exit_code == 1 and doc["valid"] is False and "inference" in doc["error"]["message"]
+    assert doc["error"]["class"] == "MissingFunction" and doc["error"]["file"] == str(bad)
     good = tmp_path / "groq.rhai"
     good.write_text(GROQ)
     result = invoke(validate, str(good), "--json")
@@ -55,8 +56,8 @@ def test_validate_messages(tmp_path: Path) -> None:
     result = invoke(validate, str(path))
     assert result.exit_code == 1
     assert "fn inference must take 2 parameters (state, request), found 1" in result.output
-    path.write_text("fn inference( { oops")
-    assert "compile provider script p" in invoke(validate, str(path)).output
+    path.write_text("fn initialize(c) { #{} }\nfn inference( { oops")
+    assert f"{path}:2:" in invoke(validate, str(path)).output
     path.write_text('fn initialize(c) { throw "never run" }\nfn inference(s, r) { #{} }')  # PA5
     assert invoke(validate, str(path)).exit_code == 0
 
@@ -133,11 +134,20 @@ def test_infer_error_json(providers: Path, tmp_path: Path) -> None:
         infer_command, "--config", str(providers), "--request", str(request), "--provider", "fails", "--json"
     )
     assert result.exit_code == 1
-    assert json.loads(result.stdout)["error"] == {
+    error = json.loads(result.stdout)["error"]
+    assert {k: error.pop(k) for k in ("class", "message", "transient", "reason")} == {
         "class": "Unavailable",
         "message": "HTTP 401: bad key",
         "transient": False,
         "reason": "auth-failed",
+    }
+    assert error.pop("remedy").startswith("the provider refused the API key")
+    assert error == {
+        "failure_kind": "auth-failed",
+        "attempts": 1,
+        "file": str(providers.parent / "providers" / "fails.rhai"),
+        "line": 2,
+        "column": 22,
     }
     request.write_text(json.dumps({"messages": []}))
     result = invoke(
