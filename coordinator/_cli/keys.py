@@ -1,26 +1,30 @@
 """``rhaipool keys generate|list|revoke``: the CurveZMQ key files of the coordinator and its nodes.
 
-The work is in :mod:`coordinator.nodes.keys`; this module only parses arguments and prints.
+The work is in :mod:`coordinator.nodes.keys`; this module only parses arguments and prints. Exit codes
+follow ``coordinator._cli.output``: 1 when a key already exists (the operation ran and refused), 2 for
+bad input (a bad name, a missing directory or key, an unreadable key file).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from coordinator.nodes.keys import KeyFileError, generate, list_keys, read_public_key, revoke
+from coordinator._cli.output import EXIT_FAILED, EXIT_USAGE, fail
+from coordinator.nodes.errors import KeyExists, KeyFileError
+from coordinator.nodes.keys import generate, list_keys, read_public_key, revoke
 
 __all__ = ["keys"]
 
 _DIR = click.Path(file_okay=False, path_type=Path)
 
 
-def _fail(exc: KeyFileError) -> None:
-    click.echo(click.style(f"error: {exc}", fg="red"), err=True)
-    sys.exit(1)
+def _fail(exc: KeyFileError, as_json: bool = False) -> NoReturn:
+    code = EXIT_FAILED if isinstance(exc, KeyExists) else EXIT_USAGE
+    fail(str(exc), as_json, code, type(exc).__name__)
 
 
 @click.group()
@@ -52,7 +56,7 @@ def list_command(directory: Path, as_json: bool) -> None:
     try:
         found = list_keys(directory)
     except KeyFileError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         rows = [
             {"name": k.name, "public_key": k.public_key, "revoked": k.revoked, "has_secret": k.has_secret}

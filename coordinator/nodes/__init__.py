@@ -8,10 +8,12 @@ process and the coordinator's node link build on them.
 from __future__ import annotations
 
 from coordinator.nodes.auth import AuthorizedKeys, curve_authenticator, curve_client, curve_server
-from coordinator.nodes.keys import KeyFileError, KeyInfo, generate, list_keys, revoke
+from coordinator.nodes.errors import KeyExists, KeyFileError
+from coordinator.nodes.keys import KeyInfo, generate, list_keys, revoke
 
 __all__ = [
     "AuthorizedKeys",
+    "KeyExists",
     "KeyFileError",
     "KeyInfo",
     "curve_authenticator",

@@ -23,7 +23,8 @@ import zmq.asyncio
 import zmq.auth
 from zmq.auth.asyncio import AsyncioAuthenticator
 
-from coordinator.nodes.keys import PUBLIC_SUFFIX, REVOKED_DIR, KeyFileError, read_public_key
+from coordinator.nodes.errors import KeyFileError
+from coordinator.nodes.keys import PUBLIC_SUFFIX, REVOKED_DIR, read_public_key
 
 __all__ = ["ZAP_DOMAIN", "AuthorizedKeys", "curve_authenticator", "curve_client", "curve_server"]
 

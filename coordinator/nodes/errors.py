@@ -1,15 +1,20 @@
 """The nodes package's exceptions::
 
 RhaipoolError (proto.errors)
-└── KeyFileError           a key operation that cannot be done
+└── KeyFileError           a key operation that cannot be done (bad input: exit code 2 in the CLI)
+    └── KeyExists          the key file is there already; keys are never overwritten (exit code 1)
 """
 
 from __future__ import annotations
 
 from proto.errors import RhaipoolError
 
-__all__ = ["KeyFileError"]
+__all__ = ["KeyExists", "KeyFileError"]
 
 
 class KeyFileError(RhaipoolError):
-    """A key operation that cannot be done (bad name, key exists, key missing, unreadable file)."""
+    """A key operation that cannot be done (bad name, missing key or directory, unreadable file)."""
+
+
+class KeyExists(KeyFileError):
+    """The key file is there already: keys are never overwritten."""

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import zmq.auth
 
-from coordinator.nodes.errors import KeyFileError
+from coordinator.nodes.errors import KeyExists, KeyFileError
 
 __all__ = [
     "PUBLIC_SUFFIX",
     "REVOKED_DIR",
     "SECRET_SUFFIX",
-    "KeyFileError",
     "KeyInfo",
     "generate",
     "list_keys",
@@ -77,7 +76,7 @@ def generate(directory: Path, name: str) -> tuple[Path, Path]:
     revoked = directory / REVOKED_DIR / public.name
     for existing in (public, secret, revoked):
         if existing.exists():
-            raise KeyFileError(f"{existing} already exists: choose another name (keys are never overwritten)")
+            raise KeyExists(f"{existing} already exists: choose another name (keys are never overwritten)")
     staging = Path(tempfile.mkdtemp(prefix=".keygen-", dir=directory))  # mkdtemp creates it 0700
     try:
         made_public, made_secret = (Path(p) for p in zmq.auth.create_certificates(staging, name))
@@ -95,7 +94,7 @@ def _rename_new(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
     except FileExistsError:
-        raise KeyFileError(
+        raise KeyExists(
             f"{target} already exists: choose another name (keys are never overwritten)"
         ) from None
     source.unlink()
@@ -149,7 +148,7 @@ def revoke(directory: Path, name: str) -> Path:
     revoked_dir.mkdir(mode=DIR_MODE, exist_ok=True)
     target = revoked_dir / public.name
     if target.exists():
-        raise KeyFileError(f"{target} already exists: a revoked key of that name is already filed")
+        raise KeyExists(f"{target} already exists: a revoked key of that name is already filed")
     os.replace(public, target)  # the revocation itself: one atomic rename
     secret = directory / f"{name}{SECRET_SUFFIX}"
     if secret.exists():

@@ -56,7 +56,7 @@ def test_generate_never_overwrites_a_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", "-flag", "x.key", ""])
 def test_generate_refuses_names_that_are_not_plain_file_names(tmp_path: Path, name: str) -> None:
     done = rhaipool("keys", "generate", tmp_path / "keys", "--", name)
-    assert done.exit_code != 0
+    assert done.exit_code == 2
     assert not (tmp_path / "escape.key").exists()
     assert not (tmp_path / "keys").exists() or not any((tmp_path / "keys").iterdir())
 
@@ -102,7 +102,7 @@ def test_revoke_moves_the_pair_out_of_the_authorized_directory(tmp_path: Path) -
 
 def test_revoke_of_an_unknown_key_fails_and_its_name_stays_taken_once_revoked(tmp_path: Path) -> None:
     missing = rhaipool("keys", "revoke", tmp_path, "ghost")
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2
     assert "no authorized key 'ghost'" in missing.stderr
     assert rhaipool("keys", "generate", tmp_path, "node1").exit_code == 0
     assert rhaipool("keys", "revoke", tmp_path, "node1").exit_code == 0
@@ -113,5 +113,8 @@ def test_revoke_of_an_unknown_key_fails_and_its_name_stays_taken_once_revoked(tm
 
 def test_list_of_a_missing_directory_is_an_error(tmp_path: Path) -> None:
     done = rhaipool("keys", "list", tmp_path / "nowhere")
-    assert done.exit_code == 1
+    assert done.exit_code == 2
     assert "not a directory" in done.stderr
+    as_json = rhaipool("keys", "list", tmp_path / "nowhere", "--json")
+    assert as_json.exit_code == 2
+    assert json.loads(as_json.stdout)["error"]["class"] == "KeyFileError"
