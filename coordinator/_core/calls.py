@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator.errors import CallFailed, Cancelled
+from proto import Kind, Op
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from coordinator._core.handles import ScriptHandle
-    from coordinator._core.workers import Worker
+    from coordinator._core.workers import Placement
 
 __all__ = ["Attempt", "Call", "CallResult", "CallStream", "HostHandler", "InvalidChunk", "Resident"]
 
@@ -33,7 +34,15 @@ class HostHandler(Protocol):
     (catchable).  ``stream(name, args)`` serves ``stream_request``: each yielded
     SSE payload string is delivered to the script's callback, at most
     ``PoolConfig.stream_window`` un-acknowledged at a time.
+
+    ``sent`` is the call's record of side effects: ``True`` once a request made
+    for it may have left the machine.  Only the handler knows (an ``env_var``
+    or a request its policy refused sends nothing), and the pool re-runs a call
+    whose worker died only while it is ``False``.
     """
+
+    @property
+    def sent(self) -> bool: ...
 
     async def call(self, name: str, args: list[Any]) -> Any: ...
 
@@ -99,7 +108,7 @@ class CallStream:
         self._wakeup = asyncio.Event()
         self._outcome: CallResult | BaseException | None = None
         self.credit: Callable[[int], None] = lambda n: None
-        self.cancel: Callable[[], None] = lambda: None
+        self.cancel: Callable[[], object] = lambda: None
 
     def push(self, value: Any) -> None:
         self._chunks.append(value)
@@ -149,7 +158,7 @@ class Call:
 
     id: int
     handle: ScriptHandle
-    op: str
+    op: Op
     fn: str
     args: list[Any]
     timeout: float
@@ -159,7 +168,6 @@ class Call:
     stream: CallStream | None = None
     enqueued_at: float = 0.0
     retries: int = 0
-    host_sent: bool = False
     chunks: int = 0
     attempt: Attempt | None = None
     resident: Resident | None = None
@@ -169,7 +177,7 @@ class Call:
     @property
     def inline(self) -> bool:
         """Region calls and loads run on the worker's loop thread, one at a time."""
-        return self.op == "load" or (self.op == "call" and self.handle.kind == "region")
+        return self.op is Op.LOAD or (self.op is Op.CALL and self.handle.kind is Kind.REGION)
 
     def resident_elsewhere(self, worker_id: str) -> bool:
         """Routing: this call's resident entries are not believed to be at ``worker_id``."""
@@ -182,6 +190,14 @@ class Call:
     @property
     def done(self) -> bool:
         return self.future.done()
+
+    @property
+    def side_effects(self) -> bool:
+        """A request of this call may have left the machine (its host handler's record).
+
+        A handler that keeps no record (no ``sent``, against the protocol) is assumed to have sent.
+        """
+        return self.host is not None and bool(getattr(self.host, "sent", True))
 
     def finish(self, outcome: CallResult | CallFailed | BaseException) -> bool:
         """Resolve the call; ``False`` if it already had an outcome."""
@@ -202,9 +218,8 @@ class Attempt:
 
     wire_id: int
     call: Call
-    worker: Worker
+    worker: Placement
     timer: asyncio.TimerHandle | None = None
-    started: float = 0.0
     host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     host_seq: int = 0
     """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""

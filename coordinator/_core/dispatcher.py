@@ -1,24 +1,21 @@
 """Route calls to workers, track every attempt, enforce deadlines, settle every outcome exactly once.
 
     Pool.call ─▶ submit ─▶ FairQueue (bounded, per-tenant round robin)
-                   │            │ pump: pick an ACTIVE worker (capacity, then AST affinity)
+                   │            │ pump: Placements.pick (room, then AST affinity), a live process
                    ▼            ▼
               Attempt(wire id) ──CALL (source only on a miss)──▶ worker
                    │  ◀──CHUNK──── (stream: → CallStream, CREDIT back per chunk taken)
                    │  ◀──HOST_CALL─ → HostBridge task → handler → HOST_REPLY / HOST_CHUNK ──▶
                    │  ◀──RESULT / ERROR ── finish(call) exactly once; late or foreign replies dropped
-                   │
        deadline timer: inline call → kill worker (blame it, or not if the worker is SIGSTOPped)
                        threaded call → CANCEL, fail with ScriptTimeout, expect a late reply
-       worker exit (supervisor) → blamed attempt fails + strikes its script; others re-run if safe;
-                                  ambiguous → the running scripts' calls run alone for a while
+       worker exit (Events.worker_exited) → outcomes.blame / after_death: fail, or re-run
+                       elsewhere when safe
 
-Inline calls (region ``call`` and every ``load``) run one at a time on a worker's
-loop thread; up to ``region_pipeline`` may be queued there, and only the head's
-deadline timer runs.  Threaded calls (provider, streams) run up to the worker's
-capacity at once.  Everything here runs on the event loop thread.  (Over 400 lines: one state
-machine; its parts that stand alone — queue, quarantine, suspects, outcomes, host calls — already
-live in modules of their own.)
+Owns the ``Placements`` and the supervisor it is built with (it is that supervisor's ``Events``);
+reads process records, never writes them.  Inline calls (region ``call``, every ``load``) run one
+at a time on a worker's loop thread, up to ``region_pipeline`` queued there, only the head's timer
+running; threaded calls (provider, streams) run up to the worker's capacity at once.
 """
 
 from __future__ import annotations
@@ -27,63 +24,62 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from coordinator._core import outcomes
 from coordinator._core.calls import Attempt, Call, InvalidChunk
 from coordinator._core.config import PoolConfig
-from coordinator.errors import CallFailed, Overloaded, PoolClosed, Quarantined
 from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
+from coordinator._core.placement import Placements
 from coordinator._core.quarantine import Quarantine
 from coordinator._core.queue import FairQueue
-from coordinator._core.supervisor import Supervisor
+from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
-from coordinator._core.workers import Worker, WorkerState
+from coordinator._core.waiting import Changes
+from coordinator._core.workers import Placement, WorkerProcess
+from coordinator.errors import CallFailed, Overloaded, PoolClosed, Quarantined
 from proto import (
     FROM_WORKER,
     Cancel,
     Chunk,
     Credit,
     Error,
-    Goodbye,
+    ErrorClass,
     HostCall,
-    HostReply,
-    Message,
+    KillReason,
+    Op,
     ProtocolError,
-    Ready,
     Result,
     encode,
 )
 from proto import Call as CallMessage
 
-__all__ = ["MAX_OPEN_HOST_CALLS", "Dispatcher"]
-
-MAX_OPEN_HOST_CALLS = 8
-"""Host calls of one call open at once: a real worker opens more than one only by nesting (a host
-call made from a ``stream_request`` callback), so this bounds a lying worker's fan-out of egress."""
+__all__ = ["Dispatcher"]
 
 log = logging.getLogger(__name__)
 
 
-class Dispatcher:
+class Dispatcher(Events):
     """The call state machine; see the module docstring for the flow."""
 
-    def __init__(self, config: PoolConfig, router: Router, supervisor: Supervisor, spawn: Spawn) -> None:
-        self._config, self._router, self._supervisor = config, router, supervisor
+    def __init__(
+        self, config: PoolConfig, router: Router, spawn: Spawn, supervise: Callable[[Events], Supervisor]
+    ) -> None:
+        self._config, self._router = config, router
         self._loop = asyncio.get_running_loop()
         self._queue = FairQueue()
         self._quarantine = Quarantine(config.retry)
         self._suspects = Suspects(config.retry.window)
-        self._host = HostBridge(self._send_for, spawn, config.stream_window)
+        self._host = HostBridge(router.send_frames, spawn, config.stream_window)
         self._wire_ids = itertools.count(1)
-        self._active: list[Worker] = []
+        self.placements = Placements(config)
+        self.supervisor = supervise(self)
         self.closing = False
         self.inflight: dict[int, Call] = {}
-        self._placed: Counter[str] = Counter()
-        """Attempts at workers per tenant (``tenant_max_inflight``)."""
+        self.settled = Changes()
+        """Notified each time a call leaves ``inflight`` (``Pool.aclose`` drains on it)."""
         self.ok = self.failed = self.retries = self.dropped = self.protocol_errors = 0
 
     # -- submission ----------------------------------------------------------
@@ -110,15 +106,12 @@ class Dispatcher:
         call.alone = call.alone or self._suspects.isolate(call.handle.sha256, now)
         self.inflight[call.id] = call
         call.future.add_done_callback(lambda _: self._settled(call))
-        if not self._queue:
-            worker = self._pick(call)
-            if worker is not None:
-                self._send_attempt(call, worker)
-                return
-        self._queue.push(call)
+        if self._queue or not self._place(call):
+            self._queue.push(call)
 
     def _settled(self, call: Call) -> None:
         self.inflight.pop(call.id, None)
+        self.settled.notify()
         if call.future.cancelled() or call.future.exception() is not None:
             self.failed += 1
         else:
@@ -129,27 +122,12 @@ class Dispatcher:
         if attempt is not None and not call.inline and attempt.wire_id in attempt.worker.attempts:
             self._forget(attempt, cancel=True)
 
-    def _pick(self, call: Call) -> Worker | None:
-        cap = self._config.tenant_max_inflight
-        if cap is not None and self._placed[call.tenant] >= cap:
-            return None
-        key, best, best_score = (call.handle.kind, call.handle.sha256), None, None
-        for worker in self._active:
-            if worker.alone or (worker.attempts if call.alone else worker.reserved):
-                continue
-            if call.inline:
-                depth = len(worker.inline)
-                if depth >= self._config.region_pipeline:
-                    continue
-                away = call.resident_elsewhere(worker.id)  # a region stays where its entries are
-                score: tuple[int, ...] = (depth, away, key not in worker.scripts, worker.threaded)
-            else:
-                if worker.threaded >= worker.capacity:
-                    continue
-                score = (key not in worker.scripts, worker.threaded, len(worker.inline))
-            if best_score is None or score < best_score:
-                best, best_score = worker, score
-        return best
+    def _place(self, call: Call) -> bool:
+        """Send ``call`` to the best worker; ``False`` if none can take it now."""
+        worker = self.placements.pick(call)
+        if worker is not None:
+            self._send_attempt(call, worker)
+        return worker is not None
 
     def pump(self) -> None:
         """Place queued calls, tenant by tenant in rotation, until nothing more fits."""
@@ -157,27 +135,12 @@ class Dispatcher:
         while progress and self._queue:
             progress = False
             for call in list(self._queue.heads()):
-                if call.done:  # its caller gave up while it waited
+                if call.done or self._place(call):  # its caller gave up while it waited
                     self._queue.pop(call)
                     progress = True
-                    continue
-                worker = self._pick(call)
-                if worker is not None:
-                    self._queue.pop(call)
-                    self._send_attempt(call, worker)
-                    progress = True
-        self._reserve()
+        self.placements.reserve(bool(self._queue) and any(call.alone for call in self._queue.heads()))
 
-    def _reserve(self) -> None:
-        """While a suspect's call waits, keep one worker (the least busy) draining for it."""
-        reserved = [w for w in self._active if w.reserved]
-        if not self._queue or not any(call.alone for call in self._queue.heads()):
-            for worker in reserved:
-                worker.reserved = False
-        elif not reserved and (candidates := [w for w in self._active if not w.alone]):
-            min(candidates, key=lambda w: len(w.attempts)).reserved = True
-
-    def _send_attempt(self, call: Call, worker: Worker) -> None:
+    def _send_attempt(self, call: Call, worker: Placement) -> None:
         handle, key = call.handle, (call.handle.kind, call.handle.sha256)
         wire = next(self._wire_ids)
         source = None if key in worker.scripts else handle.source
@@ -194,8 +157,8 @@ class Dispatcher:
         worker.scripts.add(key)
         if call.alone:
             worker.alone, worker.reserved = True, False
-        self._placed[call.tenant] += 1
-        attempt = Attempt(wire, call, worker, started=time.monotonic())
+        self.placements.placed(call.tenant)
+        attempt = Attempt(wire, call, worker)
         worker.attempts[wire] = attempt
         call.attempt = attempt
         if call.inline:
@@ -206,12 +169,11 @@ class Dispatcher:
             worker.threaded += 1
             self._arm(attempt)
         if not self._router.send_frames(worker.identity, frames):
-            self._supervisor.kill(worker, "unreachable")
+            self.supervisor.kill(worker.process, KillReason.UNREACHABLE)
 
     # -- deadlines -----------------------------------------------------------
     def _arm(self, attempt: Attempt) -> None:
         delay = attempt.call.timeout + self._config.deadlines.kill_grace
-        attempt.started = time.monotonic()
         attempt.timer = self._loop.call_later(delay, self._on_deadline, attempt)
 
     def _on_deadline(self, attempt: Attempt) -> None:
@@ -226,14 +188,22 @@ class Dispatcher:
         if attempt.wire_id not in worker.attempts:
             return
         if call.inline:
-            if self._supervisor.is_stopped(worker):
-                self._supervisor.kill(worker, "frozen (SIGSTOP)")
+            if self.supervisor.is_stopped(worker.process):
+                self._kill(worker, KillReason.FROZEN, None)
             else:
-                self._supervisor.kill(worker, "deadline", attempt)
+                self._kill(worker, KillReason.DEADLINE, attempt)
             return
         self._forget(attempt, cancel=True)
         call.finish(outcomes.timeout_error(call, worker))
         self.pump()
+
+    def _kill(self, worker: Placement | WorkerProcess, reason: KillReason, target: Attempt | None) -> None:
+        """Have the process killed; ``target`` is blamed at its death if this is the reason reported."""
+        process = worker.process if isinstance(worker, Placement) else worker
+        if self.supervisor.kill(process, reason):
+            placement = self.placements.get(process)
+            if placement is not None:
+                placement.kill_target = target
 
     def _forget(self, attempt: Attempt, *, cancel: bool) -> None:
         """Detach a threaded attempt we gave up on; its late reply will be dropped quietly."""
@@ -245,57 +215,42 @@ class Dispatcher:
         if cancel:
             self._router.send(worker.identity, Cancel(attempt.wire_id))
 
-    # -- messages from workers -----------------------------------------------
-    def on_message(self, identity: bytes, message: Any) -> None:
-        worker = self._supervisor.workers.get(identity)
-        if worker is None:
-            self.dropped += 1
-            peer, name = identity[:16].hex(), type(message).__name__
-            log.warning("dropped a message from unknown peer %s: %s", peer, name)
-            return
-        worker.last_seen = time.monotonic()
-        if worker.kill_reason == "protocol":  # a liar being stopped: nothing more it says is trusted
-            self.dropped += 1
-            return
+    # -- messages from workers (the pool's inbox routes the call-level ones here) ----------------
+    def drop_foreign(self, identity: bytes, message: Any, *, known: bool) -> None:
+        """A message from an unknown peer, or from a liar being stopped: nothing it says is trusted."""
+        self.dropped += 1
+        if not known:
+            log.warning("dropped a message from unknown peer %s: %s", identity[:16].hex(), message)
+
+    def on_message(self, process: WorkerProcess, message: Any) -> None:
+        worker = self.placements.get(process)
         if isinstance(message, ProtocolError) or type(message).COMMAND not in FROM_WORKER:
-            self._violation(worker, worker.head, message)
+            self.violation(process, worker.head if worker else None, message)
+        elif worker is None:  # not (or no longer) holding calls: nothing it says concerns one
+            self._drop(None, message)
         elif isinstance(message, (Result, Error)):
             self._complete(worker, message)
         elif isinstance(message, Chunk):
             self._on_chunk(worker, message)
+        elif isinstance(message, (HostCall, Credit)) and (attempt := worker.attempts.get(message.id)):
+            if (wrong := self._host.receive(attempt, message)) is not None:
+                self.violation(process, attempt, wrong)
         elif isinstance(message, HostCall):
-            attempt = worker.attempts.get(message.id)
-            if attempt is None:
-                self._drop(worker, message)
-            elif message.hid != attempt.host_seq + 1 or len(attempt.host_tasks) >= MAX_OPEN_HOST_CALLS:
-                self._violation(worker, attempt, f"HOST_CALL {message.hid} out of order or too many open")
-            else:
-                attempt.host_seq = message.hid
-                self._host.start(attempt, message)
-        elif isinstance(message, Credit):
-            attempt = worker.attempts.get(message.id)
-            if attempt is not None:
-                self._host.credit(attempt, message)
-        elif isinstance(message, Ready):
-            self._supervisor.accept_ready(worker, message)
-        elif isinstance(message, Goodbye):
-            worker.goodbye = message.reason
+            self._drop(worker, message)
 
-    def _violation(self, worker: Worker, target: Attempt | None, what: object) -> None:
+    def violation(self, process: WorkerProcess, target: Attempt | None, what: object) -> None:
         """A worker broke the protocol: it is stopped, and only ``target`` (its call) is blamed."""
         self.protocol_errors += 1
-        log.warning("worker %s violated the protocol: %s", worker.id, what)
-        self._supervisor.kill(worker, "protocol", target)
+        log.warning("worker %s violated the protocol: %s", process.id, what)
+        self._kill(process, KillReason.PROTOCOL, target)
 
-    def _drop(self, worker: Worker, message: Any) -> None:
-        if worker.zombies.get(message.id) is None:
+    def _drop(self, worker: Placement | None, message: Any) -> None:
+        if worker is None or worker.zombies.get(message.id) is None:
             self.dropped += 1
-            name = type(message).__name__
-            log.warning(
-                "worker %s sent %s for call %d it does not hold; dropped", worker.id, name, message.id
-            )
+            name, wid = type(message).__name__, worker.id if worker else "?"
+            log.warning("worker %s sent %s for call %s it does not hold; dropped", wid, name, message.id)
 
-    def _complete(self, worker: Worker, message: Result | Error) -> None:
+    def _complete(self, worker: Placement, message: Result | Error) -> None:
         attempt = worker.attempts.pop(message.id, None)
         if attempt is None:
             if worker.zombies.pop(message.id, None) is None:
@@ -303,24 +258,22 @@ class Dispatcher:
                 log.warning("worker %s answered call %d it does not hold; dropped", worker.id, message.id)
             return
         self._detach(attempt)
-        worker.calls += 1
         call = attempt.call
         if call.alone:
             self._suspects.finished_alone(call.handle.sha256)
-        if isinstance(message, Error) and message.cls == "ScriptMissing":
+        if isinstance(message, Error) and message.cls == ErrorClass.SCRIPT_MISSING:
             worker.scripts.discard((call.handle.kind, call.handle.sha256))
             self._queue.push(call, front=True)
         elif isinstance(message, Error) and call.resend_whole(worker.id, message.cls):
             self._queue.push(call, front=True)  # resent with the whole list, like ScriptMissing
         elif isinstance(message, Error):
             call.finish(outcomes.from_error(call, worker, message))
-        elif call.op == "load" and outcomes.described_functions(message.value) is None:
+        elif call.op == Op.LOAD and outcomes.described_functions(message.value) is None:
             call.finish(outcomes.lying_worker(call, worker, "its description of the script is malformed"))
-            self._violation(worker, attempt, "malformed load result")
+            self.violation(worker.process, attempt, "malformed load result")
         else:
             call.finish(outcomes.from_result(call, worker, message))
-        if worker.state is WorkerState.DRAINING:
-            self._supervisor.drained(worker)
+        self.supervisor.call_ended(worker.process)
         self.pump()
 
     def _detach(self, attempt: Attempt) -> None:
@@ -336,7 +289,7 @@ class Dispatcher:
         else:
             worker.threaded -= 1
 
-    def _on_chunk(self, worker: Worker, message: Chunk) -> None:
+    def _on_chunk(self, worker: Placement, message: Chunk) -> None:
         attempt = worker.attempts.get(message.id)
         if attempt is None:
             self._drop(worker, message)
@@ -344,7 +297,7 @@ class Dispatcher:
         call = attempt.call
         window = self._config.stream_window + attempt.credited
         if call.stream is None or message.seq != attempt.next_chunk or message.seq >= window:
-            self._violation(worker, attempt, f"CHUNK {message.seq} out of order or beyond the window")
+            self.violation(worker.process, attempt, f"CHUNK {message.seq} out of order or beyond the window")
             return
         attempt.next_chunk += 1
         call.chunks += 1
@@ -357,25 +310,27 @@ class Dispatcher:
             attempt.credited += n
             self._router.send(attempt.worker.identity, Credit(attempt.wire_id, 0, n))
 
-    def _send_for(self, attempt: Attempt, message: Message) -> bool:
-        if attempt.wire_id not in attempt.worker.attempts:
-            return False
-        try:
-            frames = encode(message)
-        except ProtocolError as exc:
-            if not isinstance(message, HostReply):
-                raise
-            frames = encode(HostReply(message.id, message.hid, False, f"host value cannot be sent: {exc}"))
-        return self._router.send_frames(attempt.worker.identity, frames)
+    # -- Events: what the supervisor tells and asks ----------------------------------------------
+    def idle(self, worker: WorkerProcess) -> bool:
+        placement = self.placements.get(worker)
+        return placement is None or placement.idle
 
-    # -- worker lifecycle ----------------------------------------------------
-    def worker_ready(self, worker: Worker) -> None:
-        self._active = [w for w in self._supervisor.workers.values() if w.state is WorkerState.ACTIVE]
+    def busy(self, worker: WorkerProcess) -> bool:
+        placement = self.placements.get(worker)
+        return placement is not None and bool(placement.inline)
+
+    def worker_ready(self, worker: WorkerProcess) -> None:
+        self.placements.add(worker)
         self.pump()
 
-    def worker_exited(self, worker: Worker) -> None:
+    def worker_exited(self, worker: WorkerProcess) -> None:
         """Settle every attempt of a dead worker: blame one, re-run the others when safe."""
-        self._active = [w for w in self._active if w is not worker and w.state is WorkerState.ACTIVE]
+        placement = self.placements.remove(worker)
+        if placement is not None:
+            self._settle_orphans(placement)
+        self.pump()
+
+    def _settle_orphans(self, worker: Placement) -> None:
         blamed, suspects = outcomes.blame(worker)
         now = time.monotonic()
         for attempt in suspects:
@@ -386,47 +341,38 @@ class Dispatcher:
             call = attempt.call
             if call.done:
                 continue
-            if attempt is blamed:
-                if self._quarantine.strike(call.handle.sha256, now, worker.exit_reason):
-                    log.warning("script %s quarantined: %s", call.handle.name, worker.exit_reason)
-                call.finish(outcomes.death_error(call, worker, blamed=True))
-                continue
-            why_not = outcomes.may_rerun(call, self._config.retry.max_retries)
-            if why_not or self.closing:
-                call.finish(
-                    outcomes.death_error(call, worker, blamed=False, why_not_rerun=why_not or "pool closing")
-                )
+            why = worker.process.exit_reason
+            if attempt is blamed and self._quarantine.strike(call.handle.sha256, now, why):
+                log.warning("script %s quarantined: %s", call.handle.name, why)
+            failure = outcomes.after_death(attempt, attempt is blamed, self._config, self.closing)
+            if failure is not None:
+                call.finish(failure)
             else:
                 call.retries += 1
                 self.retries += 1
                 self._queue.push(call, front=True)
         worker.attempts.clear()
         worker.inline.clear()
-        self.pump()
 
     def _release(self, attempt: Attempt) -> None:
         """An attempt leaves its worker (answer, given up, death): stop its timers and host calls."""
         attempt.abandon()
-        tenant = attempt.call.tenant
-        self._placed[tenant] -= 1
-        if not self._placed[tenant]:
-            del self._placed[tenant]
+        self.placements.released(attempt.call.tenant)
 
     # -- periodic and shutdown -----------------------------------------------
     def tick(self, now: float) -> None:
-        """Queue-wait limit and unanswered cancels; then the supervisor's own checks."""
+        """Queue-wait limit and unanswered cancels (the pool's one ticker calls it)."""
         limit = self._config.deadlines.queue
         for call in list(self._queue.heads()):
             if now - call.enqueued_at > limit:
                 self._queue.pop(call)
                 call.finish(Overloaded(f"no worker free within {limit:g} s (queue wait limit)"))
         grace = self._config.deadlines.kill_grace
-        for worker in list(self._supervisor.workers.values()):
+        for worker in self.placements:
             for wire, since in list(worker.zombies.items()):
                 if now - since > grace + 60.0:
                     del worker.zombies[wire]  # long forgotten: stop expecting a reply
-        self._supervisor.tick(now)
-        self._active = [w for w in self._supervisor.workers.values() if w.state is WorkerState.ACTIVE]
+        self.placements.refresh()
         self.pump()
 
     def close(self, error: Callable[[], CallFailed]) -> None:

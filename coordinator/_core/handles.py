@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from proto import Kind
+
 __all__ = ["ScriptHandle", "sha256_of"]
 
 
@@ -23,7 +25,7 @@ class ScriptHandle:
 
     sha256: str
     name: str
-    kind: str
+    kind: Kind
     functions: tuple[tuple[str, int], ...]
     source: str = field(repr=False)
 

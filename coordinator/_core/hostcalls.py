@@ -12,32 +12,66 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from coordinator.errors import HostCallError
-from proto import BROKERED, STREAMING_HOST_CALLS, Credit, HostCall, HostChunk, HostReply, Message
+from proto import (
+    BROKERED,
+    STREAMING_HOST_CALLS,
+    Credit,
+    HostCall,
+    HostChunk,
+    HostReply,
+    Message,
+    ProtocolError,
+    encode,
+)
 
 if TYPE_CHECKING:
     from coordinator._core.calls import Attempt
 
-__all__ = ["HostBridge"]
+__all__ = ["MAX_OPEN_HOST_CALLS", "HostBridge"]
 
 log = logging.getLogger(__name__)
 
-Send = Callable[["Attempt", Message], bool]
+MAX_OPEN_HOST_CALLS: Final = 8
+"""Host calls of one call open at once: a real worker opens more than one only by nesting (a host
+call made from a ``stream_request`` callback), so this bounds a lying worker's fan-out of egress."""
+
+SendFrames = Callable[[bytes, list[bytes]], bool]
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 
 
 class HostBridge:
-    """Runs host calls for attempts; ``send`` refuses (returns False) once an attempt has ended."""
+    """Runs host calls for attempts; nothing is sent for an attempt that has left its worker."""
 
-    def __init__(self, send: Send, spawn: Spawn, window: int) -> None:
-        self._send, self._spawn, self._window = send, spawn, window
-        self.started = 0
+    def __init__(self, send_frames: SendFrames, spawn: Spawn, window: int) -> None:
+        self._send_frames, self._spawn, self._window = send_frames, spawn, window
+
+    def receive(self, attempt: Attempt, msg: HostCall | Credit) -> str | None:
+        """A HOST_CALL or host CREDIT of ``attempt``: served; or what is wrong with it (a violation)."""
+        if isinstance(msg, Credit):
+            self.credit(attempt, msg)
+        elif msg.hid != attempt.host_seq + 1 or len(attempt.host_tasks) >= MAX_OPEN_HOST_CALLS:
+            return f"HOST_CALL {msg.hid} out of order or too many open"
+        else:
+            attempt.host_seq = msg.hid
+            self.start(attempt, msg)
+        return None
+
+    def _send(self, attempt: Attempt, message: Message) -> bool:
+        if attempt.wire_id not in attempt.worker.attempts:
+            return False
+        try:
+            frames = encode(message)
+        except ProtocolError as exc:
+            if not isinstance(message, HostReply):
+                raise
+            frames = encode(HostReply(message.id, message.hid, False, f"host value cannot be sent: {exc}"))
+        return self._send_frames(attempt.worker.identity, frames)
 
     def start(self, attempt: Attempt, msg: HostCall) -> None:
         call = attempt.call
-        call.host_sent = True
         arities = BROKERED[call.handle.kind].get(msg.name)
         sent_arity = len(msg.args) + (1 if msg.name in STREAMING_HOST_CALLS else 0)
         if arities is None or sent_arity not in arities:
@@ -48,7 +82,6 @@ class HostBridge:
         if call.host is None or msg.hid in attempt.host_tasks:
             self._send(attempt, HostReply(msg.id, msg.hid, False, "provider host channel closed"))
             return
-        self.started += 1
         if msg.name in STREAMING_HOST_CALLS:
             attempt.host_credit[msg.hid] = asyncio.Semaphore(self._window)
         task = self._spawn(self._serve(attempt, msg))

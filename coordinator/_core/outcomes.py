@@ -1,7 +1,8 @@
 """Turning what a worker said (or how it died) into the one outcome a call ends with.
 
 Blame rules after a worker death (ARCHITECTURE §4):
-- our kill for ``deadline`` or ``memory`` blames the attempt we killed it for;
+- our kill for ``deadline`` or ``protocol`` blames the attempt we killed it for; a ``memory`` kill
+  blames the one call running at the death, if only one was;
 - a death we did not cause by SIGKILL/SIGTERM is external (an operator, the OOM
   killer's victim selection is not the script's doing) and blames nobody; so does
   a clean exit after GOODBYE (a GOODBYE followed by a crash excuses nothing);
@@ -10,7 +11,7 @@ Blame rules after a worker death (ARCHITECTURE §4):
 - with several running, such a death (or a memory kill) is ambiguous: it blames
   nobody and makes each running call's script a suspect (``coordinator._core.isolation``);
 - our other kills (frozen, heartbeat lost, unreachable, closing) blame nobody.
-A blamed call fails and strikes its script; an unblamed call is re-run when safe.
+A blamed call fails and strikes its script; an unblamed call is re-run when safe (``may_rerun``).
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ from coordinator.errors import (
     WorkerCrashed,
     WorkerLost,
 )
-from proto import Error, Result
+from proto import Error, ErrorClass, KillReason, Op, Result
 
 if TYPE_CHECKING:
     from coordinator._core.calls import Attempt, Call
-    from coordinator._core.workers import Worker
+    from coordinator._core.config import PoolConfig
+    from coordinator._core.workers import Placement
 
 __all__ = [
+    "after_death",
     "blame",
     "death_error",
     "described_functions",
@@ -50,10 +53,9 @@ __all__ = [
 ]
 
 _EXTERNAL = (-signal.SIGKILL, -signal.SIGTERM)
-_BLAMING_KILLS = ("deadline", "memory", "protocol")
 
 
-def fields(call: Call, worker: Worker | None) -> dict[str, Any]:
+def fields(call: Call, worker: Placement | None) -> dict[str, Any]:
     """The structured fields every ``CallFailed`` carries."""
     return {
         "call_id": call.id,
@@ -64,26 +66,26 @@ def fields(call: Call, worker: Worker | None) -> dict[str, Any]:
     }
 
 
-def from_result(call: Call, worker: Worker, msg: Result) -> CallResult:
+def from_result(call: Call, worker: Placement, msg: Result) -> CallResult:
     return CallResult(
         msg.value, msg.wall, msg.cpu, msg.peak_rss, msg.ops, tuple(msg.output), worker.id, call.retries + 1
     )
 
 
-def from_error(call: Call, worker: Worker, msg: Error) -> CallFailed | LoadError:
+def from_error(call: Call, worker: Placement, msg: Error) -> CallFailed | LoadError:
     """Map a wire ERROR to the coordinator's tree (a load's compile error is a ``LoadError``)."""
-    if msg.cls == "CompileError" and call.op == "load":
+    if msg.cls == ErrorClass.COMPILE_ERROR and call.op == Op.LOAD:
         return CompileError(
             msg.message, name=call.handle.name, sha=call.handle.sha256, line=msg.line, column=msg.column
         )
     common = fields(call, worker) | {"cause": msg.kind or msg.cls}
-    if msg.cls == "LimitExceeded":
+    if msg.cls == ErrorClass.LIMIT_EXCEEDED:
         return LimitExceeded(msg.message, limit=msg.limit or "limit", rhai_class=msg.kind, **common)
-    if msg.cls == "ScriptTimeout":
+    if msg.cls == ErrorClass.SCRIPT_TIMEOUT:
         return ScriptTimeout(msg.message, rhai_class=msg.kind, **common)
-    if msg.cls == "Cancelled":
+    if msg.cls == ErrorClass.CANCELLED:
         return Cancelled(msg.message, **common)
-    if msg.cls == "Internal":
+    if msg.cls == ErrorClass.INTERNAL:
         return WorkerCrashed(f"worker internal error: {msg.message}", exit_reason="internal error", **common)
     return ScriptError(
         msg.message,
@@ -106,7 +108,7 @@ def described_functions(value: Any) -> tuple[tuple[str, int], ...] | None:
     return tuple(sorted((name, arity) for name, arity in rows))
 
 
-def lying_worker(call: Call, worker: Worker, what: str) -> CallFailed:
+def lying_worker(call: Call, worker: Placement, what: str) -> CallFailed:
     """A worker answered with nonsense: it is stopped, and the call fails as if it had crashed."""
     return WorkerCrashed(
         f"worker {worker.id} answered wrongly ({what}) and was stopped",
@@ -115,22 +117,26 @@ def lying_worker(call: Call, worker: Worker, what: str) -> CallFailed:
     )
 
 
-def running(worker: Worker) -> list[Attempt]:
+def running(worker: Placement) -> list[Attempt]:
     """The attempts executing on ``worker``: the inline head and every threaded one (not queued ones)."""
     head = worker.head
     return [a for a in worker.attempts.values() if a is head or not a.call.inline]
 
 
-def blame(worker: Worker) -> tuple[Attempt | None, list[Attempt]]:
+def blame(worker: Placement) -> tuple[Attempt | None, list[Attempt]]:
     """Which attempt caused this worker's death, or the suspects when that is ambiguous (docstring)."""
-    if worker.kill_reason:
-        if worker.kill_reason not in _BLAMING_KILLS:
+    process = worker.process
+    if process.kill_reason:
+        if not process.kill_reason.blames:
             return None, []
         if worker.kill_target is not None:
             return worker.kill_target, []
-        return None, running(worker)
-    returncode = worker.process.returncode
-    if (worker.goodbye and returncode == 0) or returncode in _EXTERNAL:  # GOODBYE then a crash: no excuse
+        suspects = running(worker)
+        if process.kill_reason is KillReason.MEMORY and len(suspects) == 1:
+            return suspects[0], []
+        return None, suspects
+    returncode = process.process.returncode
+    if (process.goodbye and returncode == 0) or returncode in _EXTERNAL:  # GOODBYE then a crash: no excuse
         return None, []
     suspects = running(worker)
     if len(suspects) == 1:
@@ -138,30 +144,30 @@ def blame(worker: Worker) -> tuple[Attempt | None, list[Attempt]]:
     return None, suspects
 
 
-def timeout_error(call: Call, worker: Worker) -> CallFailed:
+def timeout_error(call: Call, worker: Placement) -> CallFailed:
     """A threaded call we gave up on at its deadline (the worker lives on)."""
     return ScriptTimeout(
         f"no answer within its {call.timeout:g} s deadline; the call was cancelled", **fields(call, worker)
     )
 
 
-def death_error(call: Call, worker: Worker, *, blamed: bool, why_not_rerun: str = "") -> CallFailed:
+def death_error(call: Call, worker: Placement, *, blamed: bool, why_not_rerun: str = "") -> CallFailed:
     """The error of a call whose worker died: blamed → its own failure, else ``WorkerLost``."""
-    common = fields(call, worker)
-    reason = worker.exit_reason
+    common, process = fields(call, worker), worker.process
+    reason = process.exit_reason
     if not blamed:
         detail = f"; {why_not_rerun}" if why_not_rerun else ""
         return WorkerLost(
             f"worker {worker.id} was lost ({reason}){detail}", exit_reason=reason, cause=reason, **common
         )
-    if worker.kill_reason == "deadline":
+    if process.kill_reason is KillReason.DEADLINE:
         return ScriptTimeout(
             f"no answer within its {call.timeout:g} s deadline; worker {worker.id} was killed",
             cause=reason,
             **common,
         )
-    tail = worker.stderr_tail.decode("utf-8", "replace")
-    if worker.kill_reason == "memory" or "memory allocation" in tail or "MemoryError" in tail:
+    tail = process.stderr_tail.decode("utf-8", "replace")
+    if process.kill_reason is KillReason.MEMORY or "memory allocation" in tail or "MemoryError" in tail:
         return LimitExceeded(
             f"worker memory limit reached ({reason})", limit="memory", cause=reason, **common
         )
@@ -171,11 +177,27 @@ def death_error(call: Call, worker: Worker, *, blamed: bool, why_not_rerun: str 
 
 
 def may_rerun(call: Call, max_retries: int) -> str:
-    """Empty if an unblamed call may be re-run elsewhere, else why not."""
+    """Empty if an unblamed call may be re-run elsewhere, else why not.
+
+    Side effects are what its host handler recorded (``HostHandler.sent``): an ``env_var`` or a
+    request the egress policy refused does not stop a re-run; a request that may have left does.
+    """
     if call.retries >= max_retries:
         return f"already re-run {call.retries} time(s)"
-    if call.host_sent and call.handle.kind == "provider":
-        return "a host call (possible egress) was already sent"
+    if call.side_effects:
+        return "a host call already sent a request (egress happened or may have)"
     if call.chunks:
         return "chunks were already delivered"
     return ""
+
+
+def after_death(attempt: Attempt, blamed: bool, config: PoolConfig, closing: bool) -> CallFailed | None:
+    """How an attempt whose worker died ends: its failure, or ``None`` to re-run the call."""
+    call, worker = attempt.call, attempt.worker
+    if blamed:
+        return death_error(call, worker, blamed=True)
+    why_not = may_rerun(call, config.retry.max_retries)
+    why_not = why_not or ("pool closing" if closing else "")
+    if why_not:
+        return death_error(call, worker, blamed=False, why_not_rerun=why_not)
+    return None

@@ -1,13 +1,21 @@
 """``Pool``: the asyncio API over supervisor, dispatcher and transport.
 
     caller ──load/call/stream──▶ Pool ──Call──▶ Dispatcher ──CALL──▶ Router ══ipc══▶ workers
-       ▲                                          │ ▲                  │ handler
-       └──── value / CallStream / typed error ◀───┘ └──── messages ◀───┘
-                                        Supervisor (spawn, pidfd exit, watchdog, recycle)
-                                        ticker task (50 ms): deadlines of queue, liveness, memory
+       ▲                                          │ ▲                  │
+       └──── value / CallStream / typed error ◀───┘ │   Pool._inbox ◀──┘ every message, once
+                                                    │     ├─ READY, HEARTBEAT, GOODBYE ─▶ Supervisor
+                     Events: worker_ready/exited ───┘     └─ RESULT, ERROR, CHUNK, HOST_CALL,
+                     (idle? busy?)        ▲                  CREDIT, anything malformed ─▶ Dispatcher
+                                          │
+                                  Supervisor (spawn, pidfd exit, watchdog, recycle)
+                     one ticker task (50 ms): supervisor (liveness, memory, recycling),
+                                              dispatcher (queue wait, unanswered cancels)
 
-The pool owns one TaskGroup: the ticker and every host-call task live in it, and
-``aclose`` ends them all.  The ROUTER is bound in a fresh 0700 directory.
+Ownership: the supervisor owns each worker's process record, the dispatcher its placement record
+(``coordinator._core.workers``); the dispatcher is built with the supervisor it is the ``Events``
+of.  The pool owns one TaskGroup: the ticker and every host-call task live in it, and ``aclose``
+ends them all.  Nothing here polls: waits are on ``Changes`` the owners notify.  The ROUTER is
+bound in a fresh 0700 directory.
 """
 
 from __future__ import annotations
@@ -30,10 +38,10 @@ from coordinator._core.config import PoolConfig
 from coordinator._core.dispatcher import Dispatcher
 from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from coordinator._core.handles import ScriptHandle, sha256_of
-from coordinator._core.supervisor import Supervisor
+from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
-from coordinator._core.workers import Worker, WorkerState
-from proto import Shutdown
+from coordinator._core.workers import WorkerProcess, WorkerState
+from proto import Goodbye, Heartbeat, KillReason, Kind, Op, Ready, Shutdown
 
 
 __all__ = ["Pool", "PoolStatistics", "WorkerInfo"]
@@ -92,12 +100,11 @@ class Pool:
     async def __aenter__(self) -> Pool:
         self._workdir = tempfile.mkdtemp(prefix="rhaipool-")  # mode 0700
         self.endpoint = f"ipc://{self._workdir}/pool.sock"
-        self._router = Router(self.endpoint, self._on_message)
-        self._supervisor = Supervisor(self.config, self.endpoint, self._workdir, self._send_shutdown)
+        self._router = Router(self.endpoint, self._inbox)
         self._tasks = asyncio.TaskGroup()
         await self._tasks.__aenter__()
-        self._dispatcher = Dispatcher(self.config, self._router, self._supervisor, self._spawn)
-        self._supervisor.events = self._dispatcher
+        self._dispatcher = Dispatcher(self.config, self._router, self._spawn, self._supervise)
+        self._supervisor = self._dispatcher.supervisor
         self._router.start(asyncio.get_running_loop())
         self._ticker = self._tasks.create_task(self._tick_forever())
         self._supervisor.rebalance()
@@ -117,32 +124,46 @@ class Pool:
         assert self._tasks is not None
         return self._tasks.create_task(coro)
 
-    def _on_message(self, identity: bytes, message: Any) -> None:
-        self._dispatcher.on_message(identity, message)
+    def _supervise(self, events: Events) -> Supervisor:
+        return Supervisor(self.config, self.endpoint, self._workdir, self._send_shutdown, events)
 
-    def _send_shutdown(self, worker: Worker) -> bool:
+    def _inbox(self, identity: bytes, message: Any) -> None:
+        """Every message from a worker arrives here once and goes to its owner (module docstring)."""
+        process = self._supervisor.heard(identity)
+        if process is None or process.kill_reason is KillReason.PROTOCOL:  # unknown, or a liar
+            self._dispatcher.drop_foreign(identity, message, known=process is not None)
+        elif isinstance(message, (Ready, Heartbeat, Goodbye)):
+            self._supervisor.on_message(process, message)
+        else:
+            self._dispatcher.on_message(process, message)
+
+    def _send_shutdown(self, worker: WorkerProcess) -> bool:
         return self._router.send(worker.identity, Shutdown("recycle" if not self._closed else "pool closed"))
 
     async def _tick_forever(self) -> None:
         for n in itertools.count():
             await asyncio.sleep(_TICK)
             try:
-                self._dispatcher.tick(time.monotonic())
+                now = time.monotonic()
+                self._supervisor.tick(now)
                 if n % _MEMORY_EVERY == 0:
                     self._supervisor.watch_memory()
+                self._dispatcher.tick(now)
             except Exception:  # never let a bookkeeping bug kill the pool's heartbeat
                 log.exception("pool tick failed")
 
+    def _ready_count(self) -> int:
+        return sum(w.state is WorkerState.ACTIVE for w in self._supervisor.workers.values())
+
     async def wait_ready(self, timeout: float | None = None) -> None:
         """Wait until ``workers`` processes are ACTIVE; ``NoWorkerAvailable`` if they cannot start."""
+        wanted = self.config.worker_count
         async with asyncio.timeout(timeout):
-            while (
-                sum(w.state is WorkerState.ACTIVE for w in self._supervisor.workers.values())
-                < self.config.worker_count
-            ):
-                if self._supervisor.spawn_failing:
-                    raise NoWorkerAvailable("workers exit before READY; see the coordinator log")
-                await asyncio.sleep(0.005)
+            await self._supervisor.changes.wait_until(
+                lambda: self._ready_count() >= wanted or self._supervisor.spawn_failing
+            )
+        if self._ready_count() < wanted:
+            raise NoWorkerAvailable("workers exit before READY; see the coordinator log")
 
     # -- the API -------------------------------------------------------------
     async def load(
@@ -162,11 +183,11 @@ class Pool:
         sha = sha256_of(source)
         handle = self._handles.get((kind, sha))
         if handle is None or handle.name != name:
-            probe = ScriptHandle(sha, name, kind, (), source)
-            result = await self._run(probe, "load", "", [], timeout, tenant, None)
+            probe = ScriptHandle(sha, name, Kind(kind), (), source)
+            result = await self._run(probe, Op.LOAD, "", [], timeout, tenant, None)
             functions = outcomes.described_functions(result.value)  # the dispatcher refused anything else
             assert functions is not None
-            handle = ScriptHandle(sha, name, kind, functions, source)
+            handle = ScriptHandle(sha, name, Kind(kind), functions, source)
             self._handles[(kind, sha)] = handle
         missing = [(fn, arity) for fn, arity in require if not handle.has_function(fn, arity)]
         if missing:
@@ -203,7 +224,7 @@ class Pool:
         resident: Resident | None = None,
     ) -> CallResult:
         """Like ``call``, with wall/CPU time, peak memory, operations and captured output."""
-        return await self._run(handle, "call", function, list(args), timeout, tenant, host, resident)
+        return await self._run(handle, Op.CALL, function, list(args), timeout, tenant, host, resident)
 
     def stream(
         self,
@@ -216,7 +237,7 @@ class Pool:
     ) -> CallStream:
         """Start ``function(*args, on_chunk)``; iterate the returned stream for chunks, then read ``.value``."""
         stream = CallStream()
-        call = self._new_call(handle, "stream", function, list(args), timeout, tenant, host, stream)
+        call = self._new_call(handle, Op.STREAM, function, list(args), timeout, tenant, host, stream)
         stream.credit = lambda n: self._dispatcher.credit(call, n)
         stream.cancel = call.future.cancel
         call.future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
@@ -224,7 +245,7 @@ class Pool:
         return stream
 
     def _new_call(
-        self, handle: ScriptHandle, op: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
+        self, handle: ScriptHandle, op: Op, fn: str, args: list[Any], timeout: float | None, tenant: str,
         host: HostHandler | None, stream: CallStream | None = None,
     ) -> Call:  # fmt: skip
         if self._closed or self._tasks is None:
@@ -236,7 +257,7 @@ class Pool:
         return Call(next(self._ids), handle, op, fn, args, budget, tenant, future, host, stream)
 
     async def _run(
-        self, handle: ScriptHandle, op: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
+        self, handle: ScriptHandle, op: Op, fn: str, args: list[Any], timeout: float | None, tenant: str,
         host: HostHandler | None, resident: Resident | None = None,
     ) -> CallResult:  # fmt: skip
         if resident is not None and (handle.kind != "region" or not args or type(args[0]) is not dict):
@@ -253,20 +274,14 @@ class Pool:
     # -- introspection and shutdown -----------------------------------------
     def workers(self) -> list[WorkerInfo]:
         """Every live worker process (ACTIVE, SPARE, STARTING, DRAINING)."""
-        return [
-            WorkerInfo(
-                w.id,
-                w.pid,
-                w.state.value,
-                w.calls,
-                len(w.attempts),
-                w.rss,
-                w.sandbox,
-                w.probe,
-                tuple(f"{a.call.handle.name}:{a.call.fn}" for a in w.attempts.values()),
-            )
-            for w in self._supervisor.workers.values()
-        ]
+        infos = []
+        for w in self._supervisor.workers.values():
+            placement = self._dispatcher.placements.get(w)
+            attempts = list(placement.attempts.values()) if placement is not None else []
+            running = tuple(f"{a.call.handle.name}:{a.call.fn}" for a in attempts)
+            state, held = w.state.value, len(attempts)
+            infos.append(WorkerInfo(w.id, w.pid, state, w.calls, held, w.rss, w.sandbox, w.probe, running))
+        return infos
 
     def statistics(self) -> PoolStatistics:
         d, s = self._dispatcher, self._supervisor
@@ -284,9 +299,9 @@ class Pool:
             return
         self._closed = True
         self._dispatcher.closing = True
-        deadline = time.monotonic() + self.config.deadlines.shutdown_grace
-        while self._dispatcher.inflight and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        dispatcher = self._dispatcher
+        grace = self.config.deadlines.shutdown_grace
+        await dispatcher.settled.wait_until(lambda: not dispatcher.inflight, grace)
         self._dispatcher.close(lambda: Cancelled("the pool was closed before the call finished"))
         await self._supervisor.aclose()
         self._ticker.cancel()

@@ -1,16 +1,18 @@
 """Spawn, watch, kill, recycle and reap worker processes; say why each one exited.
 
     spawn ──Popen(python -I -m worker)──▶ STARTING ──READY──▶ SPARE ──promote──▶ ACTIVE
-                                              │                                  │ recycle: a spare is
+                                              │                   Events.worker_ready│ recycle: a spare is
               pidfd readable (exit, < 1 ms) ◀─┴──────────────────────────────────┤ promoted first, then
                        │                                                         ▼ SHUTDOWN → GOODBYE
                        └──▶ reap (waitpid) → exit reason → Events.worker_exited ◀─ DRAINING
 
-Owns: processes, pidfds, stderr tails, the memory watchdog, recycling decisions
-and pool sizing (``workers`` active + ``spares`` warm).  Does not own calls: the
-dispatcher is told about every READY and every exit and settles the calls.
-Kill policy: SHUTDOWN, ``shutdown_grace`` seconds, then SIGKILL (workers have
-no children of their own).
+Owns the ``WorkerProcess`` records (``coordinator._core.workers``) and writes nothing else:
+processes, pidfds, stderr tails, liveness, the memory watchdog, recycling decisions and pool
+sizing (``workers`` active + ``spares`` warm).  READY, HEARTBEAT and GOODBYE come to it from the
+pool's inbox.  Does not own calls: the ``Events`` it is constructed with (the dispatcher) hear of
+every promotion and every exit and settle the calls, and answer the two questions it has about
+them (is a worker idle, is its loop thread busy with a call).  Kill policy: SHUTDOWN,
+``shutdown_grace`` seconds, then SIGKILL (workers have no children of their own).
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ from typing import Final, Protocol
 
 import psutil
 
-from coordinator._core import outcomes
 from coordinator._core.config import PoolConfig
-from coordinator._core.workers import Worker, WorkerState, describe_exit
-from proto import SUPPORTED_VERSIONS, Ready
+from coordinator._core.waiting import Changes
+from coordinator._core.workers import WorkerProcess, WorkerState, describe_exit
+from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, KillReason, Ready
 
 __all__ = ["Events", "Supervisor"]
 
@@ -48,21 +50,36 @@ _WORKER_ENV: Final = {
 
 
 class Events(Protocol):
-    def worker_ready(self, worker: Worker) -> None: ...
-    def worker_exited(self, worker: Worker) -> None: ...
+    """What the supervisor tells, and asks, the owner of the calls."""
+
+    def worker_ready(self, worker: WorkerProcess) -> None:
+        """``worker`` was promoted to ACTIVE: calls may be placed on it."""
+
+    def worker_exited(self, worker: WorkerProcess) -> None:
+        """``worker`` is dead and reaped (``exit_reason`` set): settle what it held."""
+
+    def idle(self, worker: WorkerProcess) -> bool:
+        """It holds no call (a DRAINING worker is then sent SHUTDOWN)."""
+        ...
+
+    def busy(self, worker: WorkerProcess) -> bool:
+        """Its loop thread runs a call, so it sends no heartbeat meanwhile."""
+        ...
 
 
 class Supervisor:
     """Keeps ``config.worker_count`` workers ACTIVE and ``config.spares`` READY in reserve."""
 
     def __init__(
-        self, config: PoolConfig, endpoint: str, workdir: str, send_shutdown: Callable[[Worker], bool]
-    ) -> None:
+        self, config: PoolConfig, endpoint: str, workdir: str, send_shutdown: Callable[[WorkerProcess], bool],
+        events: Events,
+    ) -> None:  # fmt: skip
         self._config, self._endpoint, self._workdir = config, endpoint, workdir
-        self._send_shutdown = send_shutdown
+        self._send_shutdown, self._events = send_shutdown, events
         self._loop = asyncio.get_running_loop()
-        self.events: Events | None = None
-        self.workers: dict[bytes, Worker] = {}
+        self.changes = Changes()
+        """Notified whenever a worker changes state or exits (``Pool.wait_ready``, ``aclose``)."""
+        self.workers: dict[bytes, WorkerProcess] = {}
         self.closing = False
         self.spawned = self.exits = self.spawn_failures = 0
         self.exit_reasons: dict[str, int] = {}
@@ -88,7 +105,7 @@ class Supervisor:
         cmd += ["--capacity", str(self._config.provider_capacity)]
         return cmd + (["--probe"] if self._config.probe else [])
 
-    def spawn(self) -> Worker | None:
+    def spawn(self) -> WorkerProcess | None:
         identity = secrets.token_bytes(8)
         try:
             process = subprocess.Popen(
@@ -101,7 +118,7 @@ class Supervisor:
             self.spawn_failures += 1
             return None
         now = time.monotonic()
-        worker = Worker(identity.hex()[:8], identity, process, now, last_seen=now)
+        worker = WorkerProcess(identity.hex()[:8], identity, process, now, last_seen=now)
         worker.pidfd = os.pidfd_open(process.pid)
         self._loop.add_reader(worker.pidfd, self._guarded, self._on_exit, worker)
         assert process.stderr is not None
@@ -112,13 +129,13 @@ class Supervisor:
         return worker
 
     @staticmethod
-    def _guarded(callback: Callable[[Worker], None], worker: Worker) -> None:
+    def _guarded(callback: Callable[[WorkerProcess], None], worker: WorkerProcess) -> None:
         try:
             callback(worker)
         except Exception:  # a reader callback: nothing may escape into the event loop
             log.exception("supervising worker %s failed", worker.id)
 
-    def _on_stderr(self, worker: Worker) -> None:
+    def _on_stderr(self, worker: WorkerProcess) -> None:
         assert worker.process.stderr is not None
         fd = worker.process.stderr.fileno()
         try:
@@ -133,7 +150,7 @@ class Supervisor:
         worker.stderr_tail += data
         del worker.stderr_tail[:-_STDERR_TAIL]
 
-    def _on_exit(self, worker: Worker) -> None:
+    def _on_exit(self, worker: WorkerProcess) -> None:
         self._loop.remove_reader(worker.pidfd)
         os.close(worker.pidfd)
         returncode = worker.process.wait()
@@ -143,23 +160,23 @@ class Supervisor:
             self._loop.remove_reader(worker.process.stderr.fileno())
             worker.process.stderr.close()
         self.workers.pop(worker.identity, None)
-        was_ready = worker.state is not WorkerState.STARTING
+        was_ready = worker.ready_at > 0
         worker.state = WorkerState.DEAD
         worker.exit_reason = self.exit_reason(worker, returncode)
         self.exits += 1
-        key = worker.kill_reason or ("goodbye" if worker.goodbye else "crash")
+        key = worker.kill_reason.value if worker.kill_reason else ("goodbye" if worker.goodbye else "crash")
         self.exit_reasons[key] = self.exit_reasons.get(key, 0) + 1
         if not was_ready and not self.closing:
             self.spawn_failures += 1
             self._failing_since += 1
             self._next_spawn = time.monotonic() + min(5.0, 0.05 * 2**self._failing_since)
             log.warning("worker %s exited before READY: %s", worker.id, worker.exit_reason)
-        if self.events is not None:
-            self.events.worker_exited(worker)
+        self._events.worker_exited(worker)
+        self.changes.notify()
         self.rebalance()
 
     @staticmethod
-    def exit_reason(worker: Worker, returncode: int | None) -> str:
+    def exit_reason(worker: WorkerProcess, returncode: int | None) -> str:
         text = describe_exit(returncode)
         if worker.kill_reason:
             text = f"killed by the pool ({worker.kill_reason}): {text}"
@@ -173,19 +190,34 @@ class Supervisor:
             text += f"; stderr: {(telling or lines)[-1][:200]}"
         return text
 
-    # -- READY and sizing ----------------------------------------------------
-    def accept_ready(self, worker: Worker, ready: Ready) -> bool:
+    # -- messages, READY and sizing -------------------------------------------
+    def heard(self, identity: bytes) -> WorkerProcess | None:
+        """Any message from ``identity`` shows it alive; its record, or ``None`` for an unknown peer."""
+        worker = self.workers.get(identity)
+        if worker is not None:
+            worker.last_seen = time.monotonic()
+        return worker
+
+    def on_message(self, worker: WorkerProcess, message: Ready | Heartbeat | Goodbye) -> None:
+        """The process-level messages (the pool's inbox routes the rest to the dispatcher)."""
+        if isinstance(message, Ready):
+            self.accept_ready(worker, message)
+        elif isinstance(message, Goodbye):
+            worker.goodbye = message.reason
+
+    def accept_ready(self, worker: WorkerProcess, ready: Ready) -> bool:
         """Validate READY (pid, version); a worker that lies is killed."""
         if worker.state is not WorkerState.STARTING:
             return False
         if ready.pid != worker.pid or not SUPPORTED_VERSIONS.intersection(ready.versions):
-            self.kill(worker, "protocol")
+            self.kill(worker, KillReason.PROTOCOL)
             return False
         now = time.monotonic()
         worker.state, worker.ready_at, worker.capacity = WorkerState.SPARE, now, ready.capacity
         worker.sandbox, worker.probe = ready.sandbox, ready.probe
         self._failing_since = 0
         self.rebalance()
+        self.changes.notify()
         return True
 
     def _count(self, *states: WorkerState) -> int:
@@ -200,8 +232,8 @@ class Supervisor:
                 break
             if worker.state is WorkerState.SPARE:
                 worker.state = WorkerState.ACTIVE
-                if self.events is not None:
-                    self.events.worker_ready(worker)
+                self._events.worker_ready(worker)
+                self.changes.notify()
         wanted = self._config.worker_count + self._config.spares
         have = self._count(WorkerState.ACTIVE, WorkerState.SPARE, WorkerState.STARTING)
         if have < wanted and time.monotonic() >= self._next_spawn:
@@ -213,16 +245,24 @@ class Supervisor:
         return self._failing_since >= 5 and not self._count(WorkerState.ACTIVE)
 
     # -- killing, recycling, watchdog -----------------------------------------
-    def kill(self, worker: Worker, reason: str, target: object = None) -> None:
-        """SIGKILL now; the first reason given is the one reported."""
+    def kill(self, worker: WorkerProcess, reason: KillReason) -> bool:
+        """SIGKILL now; the first reason given is the one reported (``True`` if it is this one)."""
         if worker.state is WorkerState.DEAD:
-            return
-        if not worker.kill_reason:
-            worker.kill_reason, worker.kill_target = reason, target  # type: ignore[assignment]
+            return False
+        first = not worker.kill_reason
+        if first:
+            worker.kill_reason = reason
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker.pid, signal.SIGKILL)
+        return first
 
-    def is_stopped(self, worker: Worker) -> bool:
+    def call_ended(self, worker: WorkerProcess) -> None:
+        """The worker answered a call: count it (recycling), and stop it if it was draining and is idle."""
+        worker.calls += 1
+        if worker.state is WorkerState.DRAINING:
+            self.drained(worker)
+
+    def is_stopped(self, worker: WorkerProcess) -> bool:
         """A SIGSTOPped worker is frozen by someone else: its calls did not cause their deadline."""
         try:
             return bool(psutil.Process(worker.pid).status() == psutil.STATUS_STOPPED)
@@ -236,12 +276,12 @@ class Supervisor:
         for worker in list(self.workers.values()):
             if worker.state is WorkerState.STARTING:
                 if now - worker.started > deadlines.spawn:
-                    self.kill(worker, "spawn timeout")
+                    self.kill(worker, KillReason.SPAWN_TIMEOUT)
                 continue
             if worker.shutdown_sent and now - worker.shutdown_sent > deadlines.shutdown_grace:
-                self.kill(worker, "shutdown grace expired")
-            elif not worker.inline and now - worker.last_seen > silent_limit:
-                self.kill(worker, "heartbeat lost")
+                self.kill(worker, KillReason.SHUTDOWN_GRACE_EXPIRED)
+            elif now - worker.last_seen > silent_limit and not self._events.busy(worker):
+                self.kill(worker, KillReason.HEARTBEAT_LOST)
             if worker.state is WorkerState.ACTIVE and (
                 worker.calls >= recycling.max_calls
                 or now - worker.ready_at >= recycling.max_age
@@ -261,10 +301,9 @@ class Supervisor:
             if worker.calls and not worker.rss_base:
                 worker.rss_base = worker.rss
             if worker.rss > limit:
-                running = outcomes.running(worker)
-                self.kill(worker, "memory", running[0] if len(running) == 1 else None)
+                self.kill(worker, KillReason.MEMORY)  # blames the call running at the death, if one was
 
-    def retire(self, worker: Worker) -> None:
+    def retire(self, worker: WorkerProcess) -> None:
         """Recycle without failing or delaying a call: only when a warm spare can take the slot."""
         if not any(w.state is WorkerState.SPARE for w in self.workers.values()):
             if not any(w.state is WorkerState.STARTING for w in self.workers.values()):
@@ -274,28 +313,24 @@ class Supervisor:
         self.rebalance()
         self.drained(worker)
 
-    def drained(self, worker: Worker) -> None:
+    def drained(self, worker: WorkerProcess) -> None:
         """Called when a DRAINING worker may have finished its last call."""
-        if worker.state is WorkerState.DRAINING and worker.idle and not worker.shutdown_sent:
+        if worker.state is WorkerState.DRAINING and not worker.shutdown_sent and self._events.idle(worker):
             worker.shutdown_sent = time.monotonic()
             if not self._send_shutdown(worker):
-                self.kill(worker, "unreachable")
+                self.kill(worker, KillReason.UNREACHABLE)
 
     async def aclose(self) -> None:
         """SHUTDOWN everyone, wait ``shutdown_grace``, SIGKILL the rest, reap all: no orphans, no zombies."""
         self.closing = True
         for worker in list(self.workers.values()):
             if worker.state is WorkerState.STARTING or not self._send_shutdown(worker):
-                self.kill(worker, "pool closed")
+                self.kill(worker, KillReason.POOL_CLOSED)
             worker.shutdown_sent = worker.shutdown_sent or time.monotonic()
-        deadline = time.monotonic() + self._config.deadlines.shutdown_grace
-        while self.workers and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await self.changes.wait_until(lambda: not self.workers, self._config.deadlines.shutdown_grace)
         for worker in list(self.workers.values()):
-            self.kill(worker, "pool closed")
-        deadline = time.monotonic() + 5.0
-        while self.workers and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
+            self.kill(worker, KillReason.POOL_CLOSED)
+        await self.changes.wait_until(lambda: not self.workers, 5.0)
         for worker in list(self.workers.values()):  # pidfd never fired (should not happen): reap by hand
             worker.process.wait(timeout=1.0)
             self._on_exit(worker)

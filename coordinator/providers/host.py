@@ -56,7 +56,7 @@ class ProviderHost:
     backoff: Backoff429 | None = None
     clock: Clock = field(default_factory=MonotonicClock)
     sent: bool = False
-    requests: int = 0
+    """A request of this call may have left the machine (``HostHandler.sent``): no re-run then."""
     tenant: str = "default"
 
     def _log_fields(self, err: HostError) -> dict[str, Any]:
@@ -64,7 +64,6 @@ class ProviderHost:
 
     def _mark_sent(self) -> None:
         self.sent = True
-        self.requests += 1
 
     def _check(self, name: str, args: list[Any]) -> None:
         """Argument types as the reference registers them; anything else is "function not found"."""

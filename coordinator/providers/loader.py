@@ -152,27 +152,43 @@ class ProviderLoader:
         cached = self._cache.get(slot)
         if cached is not None and (cached.path, cached.mtime_ns, cached.config_key) == (path, mtime, key):
             return cached
-        flight = (tenant, name, path, mtime, key)
-        future = self._loading.get(flight)
-        if future is None:
-            future = asyncio.ensure_future(self._load_logged(name, path, mtime, key, tenant))
-            self._loading[flight] = future
-            future.add_done_callback(lambda f: self._finished(flight, f))
         try:
-            loaded = await asyncio.shield(future)
+            loaded = await self._shared_load((tenant, name, path, mtime, key))
         except ProviderLoadError:
             self._cache.pop(slot, None)
             raise
         self._cache[slot] = loaded
         return loaded
 
-    def _finished(
-        self, flight: tuple[str, str, Path, int, Any], future: asyncio.Future[LoadedProvider]
-    ) -> None:
-        """Forget the flight; retrieve its exception so an abandoned load is never "unretrieved"."""
-        self._loading.pop(flight, None)
-        if not future.cancelled():
-            future.exception()
+    async def _shared_load(self, flight: tuple[str, str, Path, int, Any]) -> LoadedProvider:
+        """One load per flight, run in the first caller's own task (no task outlives its callers).
+
+        Later callers wait for its outcome; if that first caller is cancelled, one of them takes over.
+        """
+        while (shared := self._loading.get(flight)) is not None:
+            try:
+                return await asyncio.shield(shared)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not shared.cancelled() or (task is not None and task.cancelling()):
+                    raise  # we were cancelled ourselves
+        shared = asyncio.get_running_loop().create_future()
+        self._loading[flight] = shared
+        tenant, name, path, mtime, key = flight
+        try:
+            loaded = await self._load_logged(name, path, mtime, key, tenant)
+        except asyncio.CancelledError:
+            shared.cancel()
+            raise
+        except BaseException as exc:
+            shared.set_exception(exc)
+            shared.exception()  # retrieved: nobody else may be waiting for it
+            raise
+        else:
+            shared.set_result(loaded)
+            return loaded
+        finally:
+            self._loading.pop(flight, None)
 
     async def lookup(self, name: str, *, tenant: str = DEFAULT_TENANT) -> LoadedProvider | None:
         """Like :meth:`get`, but a missing or broken provider is just absent (with a warning)."""

@@ -24,10 +24,10 @@ import zmq
 from pool_support import SCRIPT, run
 
 from coordinator._core.config import Deadlines, PoolConfig
-from coordinator._core.dispatcher import MAX_OPEN_HOST_CALLS
+from coordinator._core.hostcalls import MAX_OPEN_HOST_CALLS
 from coordinator.errors import CallFailed, ScriptTimeout, WorkerCrashed
 from coordinator._core.pool import Pool
-from coordinator._core.workers import Worker
+from coordinator._core.workers import WorkerProcess
 from proto import (
     SIGNATURE,
     Call,
@@ -58,7 +58,7 @@ fn stream(n, on_chunk) { for i in 0..n { on_chunk.call(i); } n }
 class FakeWorker:
     """One worker slot of a real Pool, spoken for by the test (see the module docstring)."""
 
-    def __init__(self, endpoint: str, slot: Worker) -> None:
+    def __init__(self, endpoint: str, slot: WorkerProcess) -> None:
         self.slot = slot
         os.kill(slot.pid, signal.SIGSTOP)  # before it connects: its routing id is ours
         self.context = zmq.Context()
@@ -177,10 +177,12 @@ def test_a_result_forged_for_another_workers_call_is_dropped() -> None:
                 await fake.answer_load([["sleepy", 2], ["add", 2]])
             handle = await load
             real = next(w for w in pool._supervisor.workers.values() if w is not fake.slot)
+            held = pool._dispatcher.placements.get(real)
+            assert held is not None
             busy = asyncio.ensure_future(pool.call(handle, "sleepy", 0.3, "honest", timeout=5.0))
-            while not real.attempts:
+            while not held.attempts:
                 await asyncio.sleep(0.005)
-            for wire in list(real.attempts):
+            for wire in list(held.attempts):
                 fake.send(Result(wire, "forged"))
                 fake.send(Error(wire, "ScriptError", "forged"))
             assert await busy == "honest"

@@ -94,7 +94,7 @@ def test_ten_thousand_calls_while_workers_are_killed_at_random() -> None:
             stats = pool.statistics()
             assert stats.calls_ok + stats.calls_failed == 10_000 + 1  # + the load
             assert stats.inflight == 0 and stats.queued == 0
-            assert not pool._dispatcher._placed  # every placed attempt was released exactly once
+            assert not pool._dispatcher.placements.per_tenant  # every placed attempt was released exactly once
 
     run(scenario(), timeout=110)
 

@@ -38,17 +38,23 @@ fn relay_fetch(url, on_chunk) {
 
 
 class Host:
-    """A provider runtime's handler: records what it was asked, answers from a table."""
+    """A provider runtime's handler: records what it was asked, answers from a table.
+
+    Like the real one it keeps the record of side effects: an HTTP function "sends" when called.
+    """
 
     def __init__(self, delay: float = 0.0, payloads: int = 0) -> None:
         self.calls: list[tuple[str, list[Any]]] = []
         self.delay, self.payloads, self.produced = delay, payloads, 0
+        self.sent = False
 
     async def call(self, name: str, args: list[Any]) -> Any:
         self.calls.append((name, args))
-        await asyncio.sleep(self.delay)
         if name == "env_var":
+            await asyncio.sleep(self.delay)
             return "secret" if args == ["API_KEY"] else None
+        self.sent = True
+        await asyncio.sleep(self.delay)
         if args[0] == "http://fail":
             raise HostCallError({"kind": "api", "message": "HTTP 500 Internal Server Error: x"})
         if args[0] == "http://bug":
@@ -56,6 +62,7 @@ class Host:
         return f"{name}:{args[0]}"
 
     async def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]:
+        self.sent = True
         for i in range(self.payloads):
             self.produced += 1
             yield f"p{i}"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import os
 import stat
+import time
+from collections import Counter
 
 import pytest
 from pool_support import SCRIPT, run
@@ -21,6 +22,8 @@ from coordinator.errors import (
     ScriptTimeout,
 )
 from coordinator._core.pool import Pool
+from proto import Call as CallMessage
+from proto import decode
 
 
 def test_load_returns_a_content_addressed_handle() -> None:
@@ -92,12 +95,28 @@ def test_script_errors_are_typed_with_fields() -> None:
 
 
 def test_affinity_sends_source_once_per_worker() -> None:
+    """Every CALL the pool sends is decoded on its way out: the source goes to each worker at most once."""
+
     async def scenario() -> None:
-        async with Pool(workers=2) as pool:
+        async with Pool(workers=2, spares=0) as pool:
+            sources: Counter[bytes] = Counter()
+            calls: Counter[bytes] = Counter()
+            send_frames = pool._router.send_frames
+
+            def counting(identity: bytes, frames: list[bytes]) -> bool:
+                message = decode(frames)
+                if isinstance(message, CallMessage):
+                    calls[identity] += 1
+                    sources[identity] += message.source is not None
+                return send_frames(identity, frames)
+
+            pool._router.send_frames = counting  # type: ignore[method-assign]
             handle = await pool.load(SCRIPT, name="s.rhai")
             await asyncio.gather(*(pool.call(handle, "add", i, i) for i in range(200)))
-            holders = [w for w in pool._supervisor.workers.values() if ("region", handle.sha256) in w.scripts]
-            assert 1 <= len(holders) <= 2
+            assert sum(calls.values()) == 201 and pool.statistics().exits == 0
+            assert set(sources.values()) == {1}  # one source per worker that ran anything
+            assert set(sources) == {ident for ident, n in calls.items() if n}
+            assert 1 <= len(sources) <= 2
 
     run(scenario())
 
