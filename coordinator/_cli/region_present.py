@@ -7,7 +7,9 @@ receive -- the point of a preview.
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,11 +69,17 @@ def format_request(request: AssembledRequest, indent: str = "    ") -> list[str]
     return lines
 
 
-def _warnings(warnings: Sequence[str], style: Style) -> list[str]:
-    return [style(f"    ! {w}", "warn") for w in warnings]
+_SHA = re.compile(r", sha256 [0-9a-f?]+\)")
 
 
-def _step_lines(index: int, step: dict[str, Any], result: ScenarioResult, style: Style) -> list[str]:
+def _warnings(warnings: Sequence[str], style: Style, verbose: bool = False) -> list[str]:
+    """Warnings name the script by its path; its hash is shown only with ``-v``."""
+    return [style(f"    ! {w if verbose else _SHA.sub(')', w)}", "warn") for w in warnings]
+
+
+def _step_lines(
+    index: int, step: dict[str, Any], result: ScenarioResult, style: Style, verbose: bool
+) -> list[str]:
     head = f"[{index + 1}] {step['op']:<7}"
     op = step["op"]
     if op in ("write", "replace"):
@@ -97,25 +105,44 @@ def _step_lines(index: int, step: dict[str, Any], result: ScenarioResult, style:
         if request is not None:
             lines.append(style("    what the model would see:", "dim"))
             lines.extend(format_request(request, "      "))
-    return lines + _warnings(step["warnings"], style)
+    return lines + _warnings(step["warnings"], style, verbose)
 
 
-def format_result(result: ScenarioResult, style: Style = _plain) -> str:
+def _failure_lines(result: ScenarioResult, style: Style) -> list[str]:
+    """Each failed expectation like pytest shows one: what was expected, what came, a diff for texts."""
+    lines: list[str] = []
+    for f in result.failures:
+        lines.append(style(f"FAILED step [{f.step}] {f.op}: expect.{f.key}", "error"))
+        if f.key == "equals" and isinstance(f.actual, str):
+            diff = difflib.ndiff(str(f.expected).splitlines(), f.actual.splitlines())
+            lines += [f"    {d}" for d in diff]
+        elif f.key == "contains":
+            lines += [f"    expected to contain: {f.expected!r}", f"    actual text:         {_clip(str(f.actual), 200)!r}"]
+        else:
+            lines += [f"    expected: {f.expected!r}", f"    actual:   {f.actual!r}"]
+    return lines
+
+
+def format_result(result: ScenarioResult, style: Style = _plain, verbose: bool = False) -> str:
     """The whole scenario run, for a person."""
     scenario = result.scenario
     flags = ["persistent" if scenario.persistent else "non-persistent"]
     if scenario.admission == "reject":
         flags.append('admission "reject"')
     lines = [
-        style(f"{scenario.script.name}  sha256 {result.script_sha256[:12]}", "head"),
+        style(f"{scenario.script}" + (f"  sha256 {result.script_sha256[:12]}" if verbose else ""), "head"),
         f"region {scenario.name!r}  budget {scenario.budget}  {', '.join(flags)}",
     ]
     for index, step in enumerate(result.steps):
-        lines.extend(_step_lines(index, step, result, style))
+        lines.extend(_step_lines(index, step, result, style, verbose))
     total = sum(int(e["tokens"]) for e in result.entries)
     lines.append(style(f"entries ({len(result.entries)}, {total} tokens):", "head"))
     for i, entry in enumerate(result.entries):
         key = f" key={entry['key']}" if entry["key"] is not None else ""
         content = _clip(json.dumps(entry["content"], ensure_ascii=False), 70)
         lines.append(f"  {i}: {entry['kind']}{key} {content} ({entry['tokens']} tokens)")
+    lines += _failure_lines(result, style)
+    if any("expect" in body for _, body in scenario.steps):
+        verdict = "passed" if result.passed else f"FAILED ({len(result.failures)} expectation(s))"
+        lines.append(style(f"expectations: {verdict}", "head" if result.passed else "error"))
     return "\n".join(lines)

@@ -28,6 +28,7 @@ from coordinator.regions.loading import (
 )
 from coordinator._cli.region_present import format_result
 from coordinator._cli.scenario import ScenarioError, load_scenario, run_scenario
+from coordinator._cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_doc, fail, verbosity
 from proto.errors import RhaipoolError
 
 __all__ = ["RegionValidation", "run_test", "run_validate", "test_command", "validate_region"]
@@ -52,11 +53,16 @@ class RegionValidation:
     functions: list[tuple[str, int]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    place: dict[str, Any] = field(default_factory=dict)
+    error_class: str = "CompileError"
+
     def to_json(self) -> dict[str, Any]:
-        """``{"valid", "error", "functions": [{"name", "arity"}], "metadata": {}}``."""
+        """``{"valid", "kind", "error": null | {"class", "message", "file", ...}, "functions", "metadata"}``."""
+        error = None if self.error is None else {"class": self.error_class, "message": self.error, **self.place}
         return {
             "valid": self.valid,
-            "error": self.error,
+            "kind": "region",
+            "error": error,
             "functions": [{"name": n, "arity": a} for n, a in self.functions],
             "metadata": dict(self.metadata),
         }
@@ -70,21 +76,25 @@ class RegionValidation:
 
 
 async def validate_region(path: Path, pool: RegionPool) -> RegionValidation:
-    """Compile ``path`` in a sandboxed worker and run the §1.2 checks (no hook is called)."""
+    """Compile ``path`` in a sandboxed worker and check the hooks' arities (no hook is called)."""
     label = str(path)
+    place: dict[str, Any] = {"file": label}
     try:
         source = await asyncio.to_thread(path.read_text, encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return RegionValidation(False, f"cannot read custom region script '{label}': {exc}")
+        return RegionValidation(False, f"cannot read custom region script '{label}': {exc}", place=place, error_class="InputError")
     try:
         handle = await pool.load(source, name=label, kind="region")
     except RhaipoolError as exc:
         inner = describe_failure(exc).split(": ", 1)[-1]
-        return RegionValidation(False, f"Script compilation failed: {label}: {inner}")
-    functions = [(str(n), int(a)) for n, a in getattr(handle, "functions", ())]
+        line, column = getattr(exc, "line", None), getattr(exc, "column", None)
+        place.update({"line": line, "column": column or 0} if line else {})
+        return RegionValidation(False, f"Script compilation failed: {label}: {inner}", place=place)
+    functions = [(str(n), int(a)) for n, a in getattr(handle, "functions", ()) if not str(n).startswith("anon$")]
     problem = check_hook_arities(functions)
     if problem is not None:
-        return RegionValidation(False, f"Script validation failed: {label}: {problem}", functions)
+        message = f"Script validation failed: {label}: {problem}"
+        return RegionValidation(False, message, functions, place=place, error_class="MissingFunction")
     return RegionValidation(True, None, functions)
 
 
@@ -99,30 +109,46 @@ def _style(color: bool) -> Callable[[str, str], str]:
     return style
 
 
-async def _run_test(path: Path, as_json: bool, hook_timeout: float, pool_factory: PoolFactory) -> int:
+def scenario_paths(given: tuple[Path, ...]) -> list[Path]:
+    """Each SCENARIO as given; a directory stands for its ``*.scenario.json`` files, sorted."""
+    out: list[Path] = []
+    for path in given:
+        out.extend(sorted(path.glob("*.scenario.json")) if path.is_dir() else [path])
+    return out
+
+
+async def _run_one(path: Path, as_json: bool, hook_timeout: float, pool_factory: PoolFactory) -> tuple[int, dict[str, Any]]:
     try:
         scenario = load_scenario(path)
     except ScenarioError as exc:
-        _emit_error(f"invalid scenario: {exc}", as_json)
-        return 2
+        return EXIT_USAGE, error_doc("ScenarioError", f"invalid scenario: {exc}", file=str(path))
     try:
         async with pool_factory() as pool:
             result = await run_scenario(scenario, pool, hook_timeout=hook_timeout)
     except RegionLoadError as exc:
-        _emit_error(str(exc), as_json)
-        return 1
-    if as_json:
-        click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=2))
-    else:
-        click.echo(format_result(result, _style(sys.stdout.isatty())))
-    return 0
+        return EXIT_FAILED, error_doc("RegionLoadError", str(exc), file=str(scenario.script))
+    if not as_json:
+        click.echo(format_result(result, _style(sys.stdout.isatty()), verbose=verbosity() > 0))
+    return (EXIT_OK if result.passed else EXIT_FAILED), {"scenario": str(path), **result.to_json()}
 
 
-def _emit_error(message: str, as_json: bool) -> None:
+async def _run_test(
+    paths: list[Path], as_json: bool, hook_timeout: float, pool_factory: PoolFactory
+) -> int:
+    codes, docs = [], []
+    for path in paths:
+        code, doc = await _run_one(path, as_json, hook_timeout, pool_factory)
+        codes.append(code)
+        docs.append(doc)
+        if "error" in doc and not as_json:
+            click.echo(click.style(f"error: {doc['error']['message']}", fg="red"), err=True)
     if as_json:
-        click.echo(json.dumps({"error": message}, ensure_ascii=False))
-    else:
-        click.echo(click.style(f"error: {message}", fg="red"), err=True)
+        out: Any = docs[0] if len(docs) == 1 else {"scenarios": docs, "passed": all(c == 0 for c in codes)}
+        click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+    elif len(paths) > 1:
+        passed = sum(1 for c in codes if c == 0)
+        click.echo(f"{passed} of {len(paths)} scenario(s) passed")
+    return max(codes, default=EXIT_OK)
 
 
 def _positive_seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -133,8 +159,8 @@ def _positive_seconds(ctx: click.Context, param: click.Parameter, value: float) 
 
 
 @click.command("test")
-@click.argument("scenario", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the §4.1 JSON document instead of a summary.")
+@click.argument("scenarios", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON (steps, entries, passed, failures).")
 @click.option(
     "--timeout",
     type=float,
@@ -143,13 +169,16 @@ def _positive_seconds(ctx: click.Context, param: click.Parameter, value: float) 
     callback=_positive_seconds,
     help="Seconds each hook may run.",
 )
-def test_command(scenario: Path, as_json: bool, timeout: float) -> None:
-    """Replay SCENARIO against one custom region through the real pool and show what the model would see.
+def test_command(scenarios: tuple[Path, ...], as_json: bool, timeout: float) -> None:
+    """Replay each scenario against its custom region and show what the model would see.
 
-    SCENARIO is not checked by click, so a missing file is reported like any other unreadable scenario
-    (as JSON with ``--json``, exit 2).
+    A SCENARIO may be a directory (its *.scenario.json files). Exits 1 when an expectation a
+    scenario states does not hold, 2 when a scenario file is not valid.
     """
-    sys.exit(asyncio.run(_run_test(scenario, as_json, timeout, _default_pool)))
+    paths = scenario_paths(scenarios)
+    if not paths:
+        fail("no *.scenario.json file in the given directories", as_json, EXIT_USAGE, "UsageError")
+    sys.exit(asyncio.run(_run_test(paths, as_json, timeout, _default_pool)))
 
 
 async def _validate(path: Path, as_json: bool, pool_factory: PoolFactory) -> int:
@@ -166,7 +195,7 @@ async def _validate(path: Path, as_json: bool, pool_factory: PoolFactory) -> int
 
 def run_test(path: Path, as_json: bool, hook_timeout: float = DEFAULT_HOOK_TIMEOUT) -> int:
     """``rhaipool test SCENARIO`` without exiting: prints the result, returns the exit code."""
-    return asyncio.run(_run_test(path, as_json, hook_timeout, _default_pool))
+    return asyncio.run(_run_test([path], as_json, hook_timeout, _default_pool))
 
 
 def run_validate(path: Path, as_json: bool, pool_factory: PoolFactory = _default_pool) -> int:

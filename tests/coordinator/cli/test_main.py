@@ -41,8 +41,8 @@ def test_validate_region_without_render_fails_with_the_reference_message(tmp_pat
     script = tmp_path / "no_render.rhai"
     script.write_text("fn on_write(ctx) { () }")
     out = rhaipool("validate", str(script), "--kind", "region", "--json")
-    assert out.returncode != 0
-    assert "script must define fn render(ctx)" in json.loads(out.stdout)["error"]
+    assert out.returncode == 1
+    assert "script must define fn render(ctx)" in json.loads(out.stdout)["error"]["message"]
 
 
 def test_validate_rejects_eval_at_compile_time(tmp_path: Path) -> None:

@@ -57,23 +57,22 @@ def request_file(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("kind", "message"), [("region", "cannot read"), ("provider", "read provider script")]
+    ("kind", "message"), [("region", "cannot read"), ("provider", "cannot read")]
 )
 def test_validate_missing_file_json_is_a_validation_document(tmp_path: Path, kind: str, message: str) -> None:
-    """§4: ``--json`` prints {"valid", "error", ...}; a file that is not there is an invalid script, not a
-    usage error whose text replaces the JSON (§1.2 step 3 / §3.4 step 1 give the messages)."""
+    """A file that is not there is bad input (exit 2), reported in the one ``--json`` error shape."""
     missing = tmp_path / "nosuch.rhai"
     out = rhaipool("validate", str(missing), "--kind", kind, "--json")
-    assert out.returncode == 1, out.stderr
+    assert out.returncode == 2, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["valid"] is False and message in doc["error"] and "nosuch.rhai" in doc["error"]
+    assert message in doc["error"]["message"] and "nosuch.rhai" in doc["error"]["message"]
     assert "Traceback" not in out.stderr
 
 
 def test_validate_missing_file_plain_is_one_line(tmp_path: Path) -> None:
     out = rhaipool("validate", str(tmp_path / "nosuch.rhai"), "--kind", "region")
-    assert out.returncode == 1
-    assert out.stderr.strip().count("\n") == 0 and "No such file" in out.stderr
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "no such file" in out.stderr
 
 
 # -- test SCENARIO ----------------------------------------------------------------------------------------
@@ -82,7 +81,7 @@ def test_validate_missing_file_plain_is_one_line(tmp_path: Path) -> None:
 def test_test_missing_scenario_json_is_json(tmp_path: Path) -> None:
     out = rhaipool("test", str(tmp_path / "nosuch.json"), "--json")
     assert out.returncode == 2
-    assert "cannot read scenario" in json.loads(out.stdout)["error"]
+    assert "cannot read scenario" in json.loads(out.stdout)["error"]["message"]
 
 
 def _scenario(tmp_path: Path, steps: list[Any], budget: Any = 100) -> Path:
@@ -112,7 +111,7 @@ def test_scenario_rejects_mistyped_tool_result_fields(tmp_path: Path, field: str
     write = {"content": "x", "kind": "tool_result", "tool_call_id": "c1", "tool_name": "sh", field: value}
     out = rhaipool("test", str(_scenario(tmp_path, [{"write": write}])), "--json")
     assert out.returncode == 2, out.stdout
-    assert f"steps[0].write.{field}" in json.loads(out.stdout)["error"]
+    assert f"steps[0].write.{field}" in json.loads(out.stdout)["error"]["message"]
 
 
 def test_scenario_rejects_a_non_string_thought_signature(tmp_path: Path) -> None:
@@ -120,7 +119,7 @@ def test_scenario_rejects_a_non_string_thought_signature(tmp_path: Path) -> None
     write = {"content": "", "kind": "assistant_turn", "tool_calls": [call]}
     out = rhaipool("test", str(_scenario(tmp_path, [{"write": write}])), "--json")
     assert out.returncode == 2
-    assert "steps[0].write.tool_calls[0].thought_signature" in json.loads(out.stdout)["error"]
+    assert "steps[0].write.tool_calls[0].thought_signature" in json.loads(out.stdout)["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -136,7 +135,7 @@ def test_scenario_rejects_integers_a_script_cannot_hold(tmp_path: Path, steps_bu
     steps, budget = steps_budget
     out = rhaipool("test", str(_scenario(tmp_path, steps, budget)), "--json")
     assert out.returncode == 2, out.stdout
-    assert "invalid scenario" in json.loads(out.stdout)["error"]
+    assert "invalid scenario" in json.loads(out.stdout)["error"]["message"]
 
 
 # -- doctor -m --------------------------------------------------------------------------------------------
@@ -144,17 +143,17 @@ def test_scenario_rejects_integers_a_script_cannot_hold(tmp_path: Path, steps_bu
 
 @pytest.mark.parametrize("content", [None, "providers_dir = [1\n"])
 def test_doctor_with_an_unreadable_config_reports_it(tmp_path: Path, content: str | None) -> None:
-    """``doctor -m`` with a missing or broken config used to die with a ProviderConfigError traceback."""
+    """``doctor`` with a missing or broken config is bad input (exit 2), with or without ``-m``."""
     config = tmp_path / "config.toml"
     if content is not None:
         config.write_text(content)
-    out = rhaipool("doctor", "-m", "x/y", "--config", str(config), "--json")
-    assert out.returncode == 1
-    assert "Traceback" not in out.stderr
-    report = json.loads(out.stdout)
-    assert report["ok"] is False and "cannot read config" in report["inference"]["error"]
+    for args in (["-m", "x/y"], []):
+        out = rhaipool("doctor", *args, "--config", str(config), "--json")
+        assert out.returncode == 2
+        assert "Traceback" not in out.stderr
+        assert "cannot read config" in json.loads(out.stdout)["error"]["message"]
     plain = rhaipool("doctor", "-m", "x/y", "--config", str(config))
-    assert plain.returncode == 1 and "Traceback" not in plain.stderr
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert "cannot read config" in plain.stdout + plain.stderr
 
 
@@ -170,7 +169,7 @@ def test_models_list_bad_config_json_is_json(tmp_path: Path, content: str | None
     result = invoke(models_command, "list", "--provider", "p", "--config", str(config), "--json")
     assert result.exit_code != 0
     error = json.loads(result.stdout)["error"]
-    assert error["transient"] is False and (
+    assert result.exit_code == 2 and error["class"] == "ProviderConfigError" and (
         "config" in error["message"] or "model_providers" in error["message"]
     )
 

@@ -62,7 +62,7 @@ def test_scenario_output_shapes(pooled: Pooled, tmp_path: Path) -> None:
         {"replace": {"content": "e"}},
     ]
     out = _run(pooled, _scenario(tmp_path, script, steps))
-    assert set(out) == {"steps", "entries"}
+    assert set(out) == {"steps", "entries", "passed", "failures"} and out["passed"] is True
     s = out["steps"]
     assert s[0] == {
         "op": "write",
@@ -197,6 +197,7 @@ def test_validate_region(pooled: Pooled, tmp_path: Path) -> None:
     result = pooled.run(validate_region(good, pooled.pool))
     assert result.to_json() == {
         "valid": True,
+        "kind": "region",
         "error": None,
         "metadata": {},
         "functions": [{"name": "on_write", "arity": 1}, {"name": "render", "arity": 1}],
@@ -221,21 +222,22 @@ def _shared(pooled: Pooled) -> Any:
 
 def test_cli_test_json_and_text(pooled: Pooled, capsys: pytest.CaptureFixture[str]) -> None:
     path = EXAMPLES / "hostile.scenario.json"
-    assert pooled.run(_run_test(path, True, 5.0, _shared(pooled))) == 0
+    assert pooled.run(_run_test([path], True, 5.0, _shared(pooled))) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"steps", "entries"} and doc["steps"][1]["fallback"] is True
-    assert pooled.run(_run_test(path, False, 5.0, _shared(pooled))) == 0
+    assert set(doc) == {"scenario", "steps", "entries", "passed", "failures"}
+    assert doc["steps"][1]["fallback"] is True
+    assert pooled.run(_run_test([path], False, 5.0, _shared(pooled))) == 0
     text = capsys.readouterr().out
     assert "FALLBACK" in text and "! region 'untrusted'" in text and "hostile.rhai" in text
 
 
 def test_cli_exit_codes(pooled: Pooled, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad_script = _scenario(tmp_path, "fn render(ctx) {", [])
-    assert pooled.run(_run_test(bad_script, True, 5.0, _shared(pooled))) == 1
-    assert "Script compilation failed" in json.loads(capsys.readouterr().out)["error"]
+    assert pooled.run(_run_test([bad_script], True, 5.0, _shared(pooled))) == 1
+    assert "Script compilation failed" in json.loads(capsys.readouterr().out)["error"]["message"]
     bad_doc = tmp_path / "bad.json"
     bad_doc.write_text("{}")
-    assert pooled.run(_run_test(bad_doc, False, 5.0, _shared(pooled))) == 2
+    assert pooled.run(_run_test([bad_doc], False, 5.0, _shared(pooled))) == 2
     good = tmp_path / "ok.rhai"
     good.write_text('fn render(ctx) { "" }')
     assert pooled.run(_validate(good, False, _shared(pooled))) == 0
