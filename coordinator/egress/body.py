@@ -39,7 +39,7 @@ def charset_of(response: httpx.Response) -> str:
     return name
 
 
-def decode_lossy(response: httpx.Response, raw: bytes) -> str:
+def decode_lossy(response: httpx.Response, raw: bytes | bytearray) -> str:
     """Decode like the reference's ``text()``: unknown bytes become U+FFFD."""
     return raw.decode(charset_of(response), errors="replace")
 
@@ -52,7 +52,7 @@ def is_text_like(content_type: str) -> bool:
 
 async def read_capped(
     response: httpx.Response, cap: int, reserve: Callable[[int], Awaitable[None]] | None = None
-) -> bytes:
+) -> bytearray:
     """The whole body, or an ``api`` HostError as soon as it exceeds ``cap`` bytes.
 
     ``reserve(n)`` is awaited before ``n`` more bytes are kept (the coordinator-wide budgets): all of
@@ -64,16 +64,15 @@ async def read_capped(
     reserved = int(declared) if declared.isdigit() else 0
     if reserve is not None:
         await reserve(reserved)
-    chunks, size = [], 0
+    body = bytearray()  # grown in place: joining chunks at the end would hold the body twice
     async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > cap:
+        if len(body) + len(chunk) > cap:
             raise _too_large()
-        if reserve is not None and size > reserved:
-            await reserve(size - reserved)
-            reserved = size
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if reserve is not None and len(body) + len(chunk) > reserved:
+            await reserve(len(body) + len(chunk) - reserved)
+            reserved = len(body) + len(chunk)
+        body += chunk
+    return body
 
 
 def _too_large() -> HostError:
@@ -86,7 +85,7 @@ def _too_large() -> HostError:
     )
 
 
-def readable_text(response: httpx.Response, raw: bytes) -> str:
+def readable_text(response: httpx.Response, raw: bytes | bytearray) -> str:
     """Decode a 2xx body, refusing binary content types and bodies that do not decode."""
     content_type = response.headers.get("content-type")
     if content_type is not None and not is_text_like(content_type):

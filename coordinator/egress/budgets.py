@@ -4,7 +4,8 @@ Per call, ``max_response_bytes`` caps one body or one SSE event. That alone let 
 answers take the coordinator to 1 GB, so every byte read from a provider is also counted against:
 
 * a **global response budget** (bodies of ``http_get``/``http_post`` being read, until the text is
-  handed to the script): default 256 MiB, ``EgressLimits.response_bytes``;
+  handed to the script; a read body counts twice, bytes and text): default 256 MiB,
+  ``EgressLimits.response_bytes``;
 * a **global stream-buffer budget** (``stream_request`` bytes read but not yet handed over as
   events, partial events included): default 64 MiB, ``EgressLimits.stream_bytes``;
 * the tenant's **response bytes in flight** (both kinds): default 64 MiB per tenant,
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -54,49 +56,62 @@ class EgressLimits:
     request_wait: float = 30.0
 
 
-class ByteBudget:
-    """Units (bytes, requests) held at once, with waiting for room in arrival order.
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    n: int
+    granted: asyncio.Future[bool]
+    held: int  # what the waiter already holds here and cannot give back while it waits
+    ticket: int  # its body's age: the youngest stuck body gives way
 
-    Strictly first come, first served: a big request at the head is not overtaken by small ones,
-    so it cannot starve; it waits at most ``wait`` like everyone else.
+
+class ByteBudget:
+    """Units (bytes, requests) held at once, with waiting for room.
+
+    A body that already holds bytes and needs more goes first: finishing it is what frees memory.
+    Newcomers are served strictly in arrival order, so a big one is not overtaken by small ones and
+    cannot starve; each waits at most ``wait``. Bodies read in pieces can still deadlock (each holds
+    part of the budget and waits for more): when every unit held belongs to a waiter, the youngest
+    such body is refused at once, and its bytes let the older ones finish.
     """
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.used = 0
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._waiters: deque[_Waiter] = deque()
 
     @property
     def idle(self) -> bool:
         """Nothing held and nobody waiting."""
         return self.used == 0 and not self._waiters
 
-    async def acquire(self, n: int, wait: float) -> bool:
+    async def acquire(self, n: int, wait: float, *, held: int = 0, ticket: int = 0) -> bool:
         """Hold ``n`` more units, waiting up to ``wait`` seconds for room; ``False`` if none came.
 
-        ``n`` larger than the whole budget never fits and is refused at once.
+        ``n`` larger than the whole budget never fits and is refused at once; ``held``/``ticket``
+        describe what the caller already holds here (for the deadlock rule above).
         """
         if n <= 0:
             return True
         if n > self.total:
             return False
-        if not self._waiters and self.used + n <= self.total:
+        if self.used + n <= self.total and (held > 0 or not self._waiters):
             self.used += n
             return True
-        entry = (n, asyncio.get_running_loop().create_future())
-        self._waiters.append(entry)
+        waiter = _Waiter(n, asyncio.get_running_loop().create_future(), held, ticket)
+        self._waiters.append(waiter)
+        self._break_deadlock()
         granted = False
         try:
             async with asyncio.timeout(wait):
-                await entry[1]
-            granted = True
+                granted = await waiter.granted
         except TimeoutError:
             pass
         finally:
             if not granted:
                 with contextlib.suppress(ValueError):
-                    self._waiters.remove(entry)
-                if entry[1].done() and not entry[1].cancelled():
+                    self._waiters.remove(waiter)
+                future = waiter.granted
+                if future.done() and not future.cancelled() and future.result():
                     self.release(n)  # room came just as we gave up: pass it on
                 self._wake()  # a head that gave up may have been blocking smaller ones
         return granted
@@ -108,16 +123,26 @@ class ByteBudget:
             self._wake()
 
     def _wake(self) -> None:
-        while self._waiters:
-            n, future = self._waiters[0]
-            if future.done():
-                self._waiters.popleft()
-                continue
-            if self.used + n > self.total:
-                return
-            self._waiters.popleft()
-            self.used += n
-            future.set_result(None)
+        self._waiters = deque(w for w in self._waiters if not w.granted.done())
+        for waiter in [w for w in self._waiters if w.held > 0]:  # growing bodies first
+            if self.used + waiter.n <= self.total:
+                self._grant(waiter)
+        for waiter in [w for w in self._waiters if w.held == 0]:  # then newcomers, in order
+            if self.used + waiter.n > self.total:
+                break
+            self._grant(waiter)
+        self._waiters = deque(w for w in self._waiters if not w.granted.done())
+        self._break_deadlock()
+
+    def _grant(self, waiter: _Waiter) -> None:
+        self.used += waiter.n
+        waiter.granted.set_result(True)
+
+    def _break_deadlock(self) -> None:
+        """Refuse the youngest stuck holder when every unit held belongs to a waiter."""
+        stuck = [w for w in self._waiters if w.held > 0 and not w.granted.done()]
+        if stuck and sum(w.held for w in stuck) >= self.used:
+            max(stuck, key=lambda w: w.ticket).granted.set_result(False)
 
 
 class Reservation:
@@ -128,18 +153,19 @@ class Reservation:
     ) -> None:
         self._owner, self._pool, self._error, self.tenant = owner, pool, error, tenant
         self.held = 0
+        self.ticket = next(owner.tickets)
 
     async def grow(self, n: int) -> None:
         """Hold ``n`` more bytes, or raise the typed error of whichever bound had no room."""
         owner, wait = self._owner, self._owner.limits.wait
         quota = owner.tenant_bytes(self.tenant)
-        if quota is not None and not await quota.acquire(n, wait):
+        if quota is not None and not await quota.acquire(n, wait, held=self.held, ticket=self.ticket):
             raise TenantResponseBytesExceeded(
                 f"egress refused: tenant {self.tenant!r} already holds its {quota.total}-byte quota of "
                 "response bytes in flight (EgressLimits.tenant_response_bytes)",
                 tenant=self.tenant,
             )
-        if not await self._pool.acquire(n, wait):
+        if not await self._pool.acquire(n, wait, held=self.held, ticket=self.ticket):
             if quota is not None:
                 quota.release(n)
             raise self._error(
@@ -176,6 +202,7 @@ class TenantBudgets:
         self.streams = ByteBudget(self.limits.stream_bytes)
         self._bytes: dict[str, ByteBudget] = {}
         self._requests: dict[str, ByteBudget] = {}
+        self.tickets = itertools.count()  # each body's age, for the deadlock rule
 
     def tenant_bytes(self, tenant: str) -> ByteBudget | None:
         """The tenant's response-bytes quota (``None`` when switched off)."""

@@ -271,6 +271,7 @@ class Egress:
             raw = await read_capped(response, policy.max_response_bytes, reservation.grow)
         finally:
             await response.aclose()
+        await reservation.grow(len(raw))  # its text, held beside the bytes until it is handed over
         if not 200 <= response.status_code < 300:
             body = decode_lossy(response, raw)
             if response.status_code in _REDIRECTS and response.headers.get("location"):
@@ -375,7 +376,7 @@ class Egress:
                 async with asyncio.timeout_at(deadline):
                     raw = await read_capped(response, policy.max_response_bytes, reservation.grow)
             except (httpx.TransportError, TimeoutError, HostError):
-                raw = b""
+                raw = bytearray()
             text = decode_lossy(response, raw)
             raise status_error(response.status_code, text, response.headers.get("retry-after"))
         framer = SseFramer()

@@ -60,56 +60,60 @@ def assert_nothing_held(egress: Egress) -> None:
 
 
 def test_the_global_response_budget_bounds_bodies_in_flight(held: StandinServer, gate: Gate) -> None:
+    """A read body counts twice at the end (bytes and text): 400 KB needs 800 KB of the budget."""
     limits = EgressLimits(response_bytes=1024 * KB, tenant_response_bytes=None, wait=0.2)
 
     async def scenario() -> None:
         async with Egress(limits=limits) as egress:
-            first = fetch(egress, held, 700 * KB, declared=True)
-            await until(lambda: egress.budgets.responses.used == 700 * KB)
+            first = fetch(egress, held, 400 * KB, declared=True)
+            await until(lambda: egress.budgets.responses.used == 400 * KB)
             with pytest.raises(ResponseBudgetExhausted) as info:  # another tenant: a global bound
                 await fetch(egress, held, 700 * KB, tenant="other", declared=True)
             value = info.value.value
             assert value["kind"] == "transport" and value["transient"] is True
             assert "EgressLimits.response_bytes" in value["message"]
             gate.open()
-            assert len(await first) == 700 * KB
-            assert len(await fetch(egress, held, 700 * KB, declared=True)) == 700 * KB
+            assert len(await first) == 400 * KB
+            assert len(await fetch(egress, held, 500 * KB, declared=True)) == 500 * KB
             assert_nothing_held(egress)
 
     run(scenario())
 
 
 def test_undeclared_bodies_are_counted_as_they_are_read(held: StandinServer, gate: Gate) -> None:
-    """Two chunked bodies that each fit but not together: at least one fails, and nothing leaks."""
-    limits = EgressLimits(response_bytes=1024 * KB, tenant_response_bytes=None, wait=0.2)
+    """Two chunked bodies that each fit but not together: each holds part of the budget and waits
+    for more, so the younger one gives way at once and the older one finishes."""
+    limits = EgressLimits(response_bytes=1024 * KB, tenant_response_bytes=None, wait=20)
 
     async def scenario() -> None:
         async with Egress(limits=limits) as egress:
-            bodies = [fetch(egress, held, 700 * KB), fetch(egress, held, 700 * KB, tenant="other")]
-            await until(lambda: egress.budgets.responses.used >= 700 * KB)  # both half read
-            assert egress.budgets.responses.used <= 1024 * KB
+            bodies = [fetch(egress, held, 500 * KB), fetch(egress, held, 500 * KB, tenant="other")]
+            await until(lambda: egress.budgets.responses.used >= 500 * KB)  # both half read
             gate.open()
             results = await asyncio.gather(*bodies, return_exceptions=True)
-            assert any(isinstance(r, ResponseBudgetExhausted) for r in results), results
-            assert all(isinstance(r, ResponseBudgetExhausted) or len(r) == 700 * KB for r in results)
+            assert len(results[0]) == 500 * KB and isinstance(results[1], ResponseBudgetExhausted), results
             assert_nothing_held(egress)
 
     run(scenario())
 
 
-def test_a_waiting_body_gets_the_room_another_hands_back(held: StandinServer, gate: Gate) -> None:
+def test_a_waiting_body_gets_the_room_others_hand_back(held: StandinServer, gate: Gate) -> None:
+    """Three bodies hold 900 KB of 1 MB, a fourth waits for room. When they finish they each need
+    room for their text: the youngest gives way, the others finish, and the fourth gets its turn."""
     limits = EgressLimits(response_bytes=1024 * KB, tenant_response_bytes=None, wait=20)
 
     async def scenario() -> None:
         async with Egress(limits=limits) as egress:
-            first = fetch(egress, held, 700 * KB, declared=True)
-            await until(lambda: egress.budgets.responses.used == 700 * KB)
-            second = fetch(egress, held, 700 * KB, declared=True)
-            await until(
-                lambda: not egress.budgets.responses.idle and len(egress.budgets.responses._waiters) == 1
-            )
+            bodies = []
+            for _ in range(3):
+                bodies.append(fetch(egress, held, 300 * KB, declared=True))
+                await until(lambda: egress.budgets.responses.used == 300 * KB * len(bodies))
+            bodies.append(fetch(egress, held, 300 * KB, declared=True))
+            await until(lambda: len(egress.budgets.responses._waiters) == 1)
             gate.open()
-            assert [len(t) for t in await asyncio.gather(first, second)] == [700 * KB] * 2
+            results = await asyncio.gather(*bodies, return_exceptions=True)
+            assert isinstance(results[2], ResponseBudgetExhausted), results
+            assert [len(r) for i, r in enumerate(results) if i != 2] == [300 * KB] * 3
             assert_nothing_held(egress)
 
     run(scenario())
@@ -133,15 +137,15 @@ def test_a_tenants_response_bytes_quota_leaves_other_tenants_alone(held: Standin
 
     async def scenario() -> None:
         async with Egress(limits=limits) as egress:
-            first = fetch(egress, held, 700 * KB, tenant="greedy", declared=True)
-            await until(lambda: egress.budgets.responses.used == 700 * KB)
+            first = fetch(egress, held, 400 * KB, tenant="greedy", declared=True)
+            await until(lambda: egress.budgets.responses.used == 400 * KB)
             with pytest.raises(TenantResponseBytesExceeded) as info:
                 await fetch(egress, held, 700 * KB, tenant="greedy", declared=True)
             assert info.value.tenant == "greedy" and "greedy" in str(info.value)
-            quiet = fetch(egress, held, 700 * KB, tenant="quiet", declared=True)
-            await until(lambda: egress.budgets.responses.used == 1400 * KB)
+            quiet = fetch(egress, held, 500 * KB, tenant="quiet", declared=True)
+            await until(lambda: egress.budgets.responses.used == 900 * KB)
             gate.open()
-            assert [len(t) for t in await asyncio.gather(first, quiet)] == [700 * KB] * 2
+            assert [len(t) for t in await asyncio.gather(first, quiet)] == [400 * KB, 500 * KB]
             assert_nothing_held(egress)
 
     run(scenario())
@@ -214,3 +218,17 @@ def test_byte_budget_is_first_come_first_served() -> None:
         return order
 
     assert run(scenario()) == ["big", "small"]
+
+
+def test_byte_budget_breaks_a_deadlock_by_refusing_the_youngest_holder() -> None:
+    async def scenario() -> list[bool]:
+        budget = ByteBudget(10)
+        assert await budget.acquire(5, 0, ticket=1) and await budget.acquire(5, 0, ticket=2)
+        old = asyncio.ensure_future(budget.acquire(3, 30, held=5, ticket=1))
+        await asyncio.sleep(0)
+        young = await budget.acquire(3, 30, held=5, ticket=2)  # both stuck: refused at once
+        assert not old.done()
+        budget.release(5)  # what the refused one does next: give its bytes back
+        return [await old, young]
+
+    assert run(scenario()) == [True, False]
