@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from coordinator._cli.output import emit_error
+
 __all__ = ["COMMANDS", "serve_command", "status_command"]
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
@@ -72,7 +74,7 @@ def status_text(doc: dict[str, Any]) -> str:
 @click.option(
     "--server", "server", default=None, help=f"Service URL (default $RHAIPOOL_SERVER or {DEFAULT_SERVER})."
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON.")
 def status_command(server: str | None, as_json: bool) -> None:
     """Workers (pid, state, memory, calls, sandbox layers), queues and tenants of a running service."""
     from coordinator.client import Client, ServiceError, token_from_env
@@ -82,10 +84,7 @@ def status_command(server: str | None, as_json: bool) -> None:
         with Client(url, token_from_env(admin=True)) as client:
             doc = client.status()
     except ServiceError as exc:
-        click.echo(
-            json.dumps({"error": exc.message}) if as_json else f"error: {exc.message}", err=not as_json
-        )
-        sys.exit(1)
+        sys.exit(emit_error(exc.message, as_json, 1, "ServiceError"))
     click.echo(json.dumps(doc, ensure_ascii=False) if as_json else status_text(doc))
 
 
