@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from coordinator.nodes.keys import PUBLIC_SUFFIX, REVOKED_DIR, read_public_key
 __all__ = ["ZAP_DOMAIN", "AuthorizedKeys", "curve_authenticator", "curve_client", "curve_server"]
 
 ZAP_DOMAIN = "rhaipool-nodes"
+REFUSAL_LOG_INTERVAL = 60.0
+"""Seconds between two warnings about the same refused key (a refused peer retries every 100 ms)."""
+_MAX_REMEMBERED_REFUSALS = 1024
 log = logging.getLogger("coordinator.nodes")
 
 _Signature = tuple[tuple[str, int, int, int], ...]
@@ -42,19 +46,26 @@ class AuthorizedKeys:
         self._signature: _Signature | None = None
         self._allowed: frozenset[bytes] = frozenset()
         self._revoked: frozenset[bytes] = frozenset()
+        self._refusals_logged: dict[bytes, float] = {}
 
     def allows(self, public_key: bytes) -> bool:
-        """Whether ``public_key`` (z85) may connect now; logs every refusal with its reason."""
+        """Whether ``public_key`` (z85) may connect now; refusals are logged (once a minute per key)."""
         self._refresh()
         if public_key in self._revoked:
-            log.warning(
-                "refused node key %s: revoked (%s)", public_key.decode(), self.directory / REVOKED_DIR
-            )
-            return False
+            return self._refuse(public_key, f"revoked ({self.directory / REVOKED_DIR})")
         if public_key not in self._allowed:
-            log.warning("refused node key %s: not in %s", public_key.decode(), self.directory)
-            return False
+            return self._refuse(public_key, f"not in {self.directory}")
         return True
+
+    def _refuse(self, public_key: bytes, why: str) -> bool:
+        now = time.monotonic()
+        last = self._refusals_logged.get(public_key)
+        if last is None or now - last >= REFUSAL_LOG_INTERVAL:
+            if len(self._refusals_logged) >= _MAX_REMEMBERED_REFUSALS:
+                self._refusals_logged.clear()
+            self._refusals_logged[public_key] = now
+            log.warning("refused node key %s: %s", public_key.decode(), why)
+        return False
 
     def callback(self, domain: str, key: bytes) -> bool:
         """pyzmq's credentials-provider hook (``Authenticator.configure_curve_callback``)."""

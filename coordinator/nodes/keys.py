@@ -68,36 +68,47 @@ def generate(directory: Path, name: str) -> tuple[Path, Path]:
     Refuses to overwrite any existing key of that name, revoked ones included: a name always means one key.
     """
     _check_name(name)
-    if not directory.exists():
-        directory.mkdir(mode=DIR_MODE, parents=True)
-        directory.chmod(DIR_MODE)  # whatever the umask
     public = directory / f"{name}{PUBLIC_SUFFIX}"
     secret = directory / f"{name}{SECRET_SUFFIX}"
-    revoked = directory / REVOKED_DIR / public.name
-    for existing in (public, secret, revoked):
-        if existing.exists():
-            raise KeyExists(f"{existing} already exists: choose another name (keys are never overwritten)")
+    try:
+        if not directory.exists():
+            directory.mkdir(mode=DIR_MODE, parents=True)
+            directory.chmod(DIR_MODE)  # whatever the umask
+        for existing in (public, secret, directory / REVOKED_DIR / public.name):
+            if existing.exists():
+                raise KeyExists(
+                    f"{existing} already exists: choose another name (keys are never overwritten)"
+                )
+        _write_pair(directory, name, public, secret)
+    except OSError as exc:
+        raise KeyFileError(f"cannot write keys in {directory}: {exc}") from None
+    return public, secret
+
+
+def _write_pair(directory: Path, name: str, public: Path, secret: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".keygen-", dir=directory))  # mkdtemp creates it 0700
     try:
         made_public, made_secret = (Path(p) for p in zmq.auth.create_certificates(staging, name))
         made_secret.chmod(SECRET_MODE)
         made_public.chmod(PUBLIC_MODE)
-        _rename_new(made_secret, secret)
-        _rename_new(made_public, public)
+        _link_new(made_secret, secret)
+        try:
+            _link_new(made_public, public)
+        except KeyExists:
+            secret.unlink()  # another process won the race for this name: leave no half pair
+            raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return public, secret
 
 
-def _rename_new(source: Path, target: Path) -> None:
-    """Move ``source`` to ``target`` without replacing a file another process created meanwhile."""
+def _link_new(source: Path, target: Path) -> None:
+    """Give ``source`` the name ``target`` without replacing a file another process created meanwhile."""
     try:
         os.link(source, target)
     except FileExistsError:
         raise KeyExists(
             f"{target} already exists: choose another name (keys are never overwritten)"
         ) from None
-    source.unlink()
 
 
 def read_public_key(path: Path) -> bytes:
@@ -145,12 +156,15 @@ def revoke(directory: Path, name: str) -> Path:
         raise KeyFileError(f"no authorized key {name!r} in {directory}")
     read_public_key(public)  # refuse to file away something that is not a key
     revoked_dir = directory / REVOKED_DIR
-    revoked_dir.mkdir(mode=DIR_MODE, exist_ok=True)
     target = revoked_dir / public.name
     if target.exists():
         raise KeyExists(f"{target} already exists: a revoked key of that name is already filed")
-    os.replace(public, target)  # the revocation itself: one atomic rename
-    secret = directory / f"{name}{SECRET_SUFFIX}"
-    if secret.exists():
-        os.replace(secret, revoked_dir / secret.name)
+    try:
+        revoked_dir.mkdir(mode=DIR_MODE, exist_ok=True)
+        os.replace(public, target)  # the revocation itself: one atomic rename
+        secret = directory / f"{name}{SECRET_SUFFIX}"
+        if secret.exists():
+            os.replace(secret, revoked_dir / secret.name)
+    except OSError as exc:
+        raise KeyFileError(f"cannot revoke {name!r} in {directory}: {exc}") from None
     return target

@@ -204,3 +204,23 @@ def test_public_key_file_is_not_a_secret_key(keys: Path) -> None:
             curve_client(socket, keys / "authorized" / "node1.key", keys / "coordinator" / "coordinator.key")
     finally:
         socket.close(linger=0)
+
+
+def test_a_refused_peer_retrying_is_logged_once_not_at_every_retry(
+    keys: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """libzmq does not retry after a refusal, but a node started in a loop (or a scanner) does."""
+    intruder = keys / "elsewhere" / "intruder.key_secret"
+
+    async def scenario() -> list[int]:
+        async with running_server(keys) as server:
+            return [(await attempt(server, intruder, b"again"))[0] for _ in range(4)]
+
+    with caplog.at_level("WARNING", logger="coordinator.nodes"):
+        verdicts = asyncio.run(scenario())
+    warnings = [
+        r for r in caplog.records if r.name == "coordinator.nodes" and "refused node key" in r.message
+    ]
+    assert verdicts == [zmq.EVENT_HANDSHAKE_FAILED_AUTH] * 4
+    assert len(warnings) == 1
+    assert "not in" in warnings[0].message

@@ -118,3 +118,10 @@ def test_list_of_a_missing_directory_is_an_error(tmp_path: Path) -> None:
     as_json = rhaipool("keys", "list", tmp_path / "nowhere", "--json")
     assert as_json.exit_code == 2
     assert json.loads(as_json.stdout)["error"]["class"] == "KeyFileError"
+
+
+def test_generate_under_a_file_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    done = rhaipool("keys", "generate", tmp_path / "file" / "keys", "node1")
+    assert done.exit_code == 2
+    assert "cannot write keys" in done.stderr
