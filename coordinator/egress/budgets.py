@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -160,6 +160,7 @@ class Reservation:
         owner, wait = self._owner, self._owner.limits.wait
         quota = owner.tenant_bytes(self.tenant)
         if quota is not None and not await quota.acquire(n, wait, held=self.held, ticket=self.ticket):
+            owner.refusals[TenantResponseBytesExceeded.limit] += 1
             raise TenantResponseBytesExceeded(
                 f"egress refused: tenant {self.tenant!r} already holds its {quota.total}-byte quota of "
                 "response bytes in flight (EgressLimits.tenant_response_bytes)",
@@ -168,6 +169,7 @@ class Reservation:
         if not await self._pool.acquire(n, wait, held=self.held, ticket=self.ticket):
             if quota is not None:
                 quota.release(n)
+            owner.refusals[self._error.limit] += 1
             raise self._error(
                 f"egress refused: the coordinator's {self._pool.total}-byte budget of "
                 f"{self._error.limit.replace('_', ' ')} in flight is full "
@@ -203,6 +205,17 @@ class TenantBudgets:
         self._bytes: dict[str, ByteBudget] = {}
         self._requests: dict[str, ByteBudget] = {}
         self.tickets = itertools.count()  # each body's age, for the deadlock rule
+        self.refusals: Counter[str] = Counter()
+        """Refusals so far by ``limit`` name (a bounded label set, for metrics)."""
+
+    def in_flight(self) -> dict[str, int]:
+        """What egress holds now: bytes of both budgets, requests and tenants with any (for metrics)."""
+        return {
+            "response_bytes": self.responses.used,
+            "stream_bytes": self.streams.used,
+            "requests": sum(b.used for b in self._requests.values()),
+            "tenants": len(self._requests),
+        }
 
     def tenant_bytes(self, tenant: str) -> ByteBudget | None:
         """The tenant's response-bytes quota (``None`` when switched off)."""
@@ -227,6 +240,7 @@ class TenantBudgets:
         """One egress request of ``tenant`` (``kind`` ``"response"`` or ``"stream"``) while it runs."""
         slots = self._per_tenant(self._requests, tenant, self.limits.tenant_requests)
         if slots is not None and not await slots.acquire(1, self.limits.request_wait):
+            self.refusals[TenantRequestsExceeded.limit] += 1
             raise TenantRequestsExceeded(
                 f"egress refused: tenant {tenant!r} already has {slots.total} requests in flight "
                 "(EgressLimits.tenant_requests)",

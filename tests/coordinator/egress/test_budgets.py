@@ -142,6 +142,7 @@ def test_a_tenants_response_bytes_quota_leaves_other_tenants_alone(held: Standin
             with pytest.raises(TenantResponseBytesExceeded) as info:
                 await fetch(egress, held, 700 * KB, tenant="greedy", declared=True)
             assert info.value.tenant == "greedy" and "greedy" in str(info.value)
+            assert egress.budgets.refusals == {"tenant_response_bytes": 1}
             quiet = fetch(egress, held, 500 * KB, tenant="quiet", declared=True)
             await until(lambda: egress.budgets.responses.used == 900 * KB)
             gate.open()
@@ -157,7 +158,7 @@ def test_a_tenants_requests_in_flight_quota(held: StandinServer, gate: Gate) -> 
     async def scenario() -> None:
         async with Egress(limits=limits) as egress:
             busy = [fetch(egress, held, 10 * KB, tenant="busy") for _ in range(2)]
-            await until(lambda: getattr(egress.budgets._requests.get("busy"), "used", 0) == 2)
+            await until(lambda: egress.budgets.in_flight()["requests"] == 2)
             with pytest.raises(TenantRequestsExceeded) as info:
                 await fetch(egress, held, 10 * KB, tenant="busy")
             assert isinstance(info.value, EgressCapacityError) and isinstance(info.value, HostError)
