@@ -106,6 +106,20 @@ def test_every_copy_source_exists_and_covers_what_build_wheels_reads() -> None:
         assert needed in copied
 
 
+def test_build_context_sends_exactly_what_the_builder_copies() -> None:
+    """The allow-list in deploy/Dockerfile.dockerignore: everything is excluded but the COPY sources."""
+    lines = [
+        line.strip()
+        for line in (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    copied = {source.rstrip("/") for rest in stages()[0].args("COPY") for source in shlex.split(rest)[:-1]}
+    assert allowed == copied
+    assert {"**/__pycache__", "rhai-python/target"} <= set(lines)
+
+
 def test_builder_builds_with_the_same_commands_as_quickstart() -> None:
     builder = stages()[0]
     assert [r for r in builder.args("RUN") if "deploy/build-wheels" in r] == [
