@@ -19,18 +19,29 @@ __all__ = ["KNOWN_TOP_LEVEL", "check_config_file", "did_you_mean", "unknown_keys
 
 KNOWN_TOP_LEVEL: Final = frozenset(
     {
-        "providers_dir", "model_providers", "limits", "security", "request_timeout_secs",
-        "model_capabilities", "tenants", "max_response_bytes", "serve", "nodes", "egress",
+        "providers_dir",
+        "model_providers",
+        "limits",
+        "security",
+        "request_timeout_secs",
+        "model_capabilities",
+        "tenants",
+        "max_response_bytes",
+        "serve",
+        "nodes",
+        "egress",
     }
-)  # fmt: skip
+)
 """Every top-level name the provider runtime and ``rhaipool serve`` read from the same file."""
 
 KNOWN_LIMITS: Final = frozenset(
     {
-        "inference_retry_attempts", "inference_retry_base_ms", "exact_token_counting",
+        "inference_retry_attempts",
+        "inference_retry_base_ms",
+        "exact_token_counting",
         "max_concurrent_inferences_by_provider",
     }
-)  # fmt: skip
+)
 """The ``[limits]`` keys the provider runtime reads (the service may read more)."""
 
 _PROVIDER_KEYS: Final = OWN_KEYS | {"api_key", "base_url", "model", "serves"}

@@ -17,11 +17,10 @@ from typing import Any
 import click
 
 from coordinator import __version__
-from coordinator.bench.pool import bench as pool_bench
 from coordinator._cli import providers as provider_cli
 from coordinator._cli import regions as region_cli
-from coordinator._cli.keys import keys as keys_group
 from coordinator._cli import serve as serve_cli
+from coordinator._cli.keys import keys as keys_group
 from coordinator._cli.output import (
     CONTEXT_SETTINGS,
     EXIT_USAGE,
@@ -31,6 +30,7 @@ from coordinator._cli.output import (
 )
 from coordinator._cli.remote import SERVER_HELP, remote_doctor, remote_validate
 from coordinator._cli.validate import infer_kind, validate_config
+from coordinator.bench.pool import bench as pool_bench
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -66,7 +66,12 @@ def validate(
     """
     if path is None:
         if config_path is None:
-            fail("give a script PATH, or --config FILE to check a config file", as_json, EXIT_USAGE, "UsageError")
+            fail(
+                "give a script PATH, or --config FILE to check a config file",
+                as_json,
+                EXIT_USAGE,
+                "UsageError",
+            )
         sys.exit(validate_config(config_path, as_json))
     if not path.is_file():
         fail(f"cannot read {path}: no such file", as_json, EXIT_USAGE, "InputError")
@@ -106,7 +111,9 @@ def _doctor_text(report: dict[str, Any], target: str | None) -> None:
                 click.echo(f"  {layer:<13} {mark} {info.get('detail', '')}")
     if target:
         inf = report["inference"]
-        click.echo(f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}")
+        click.echo(
+            f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}"
+        )
 
 
 @main.command()
@@ -120,12 +127,25 @@ def _doctor_text(report: dict[str, Any], target: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"workers", "ok", "inference"?}.')
 @click.option("--server", default=None, help=SERVER_HELP)
 def doctor(
-    target: str | None, config_path: Path | None, providers_dir: Path | None, as_json: bool, server: str | None
+    target: str | None,
+    config_path: Path | None,
+    providers_dir: Path | None,
+    as_json: bool,
+    server: str | None,
 ) -> None:
     """Report every sandbox layer of a real worker, the pool's health and, with -m, one inference."""
     if target is not None and (target.count("/") < 1 or not all(target.partition("/")[::2])):
-        fail(f"-m takes PROVIDER/MODEL (for example groq/llama-3.3-70b), not {target!r}", as_json, EXIT_USAGE, "UsageError")
-    config = provider_cli.config_or_exit(config_path, providers_dir, as_json) if (config_path or providers_dir or target) else None
+        fail(
+            f"-m takes PROVIDER/MODEL (for example groq/llama-3.3-70b), not {target!r}",
+            as_json,
+            EXIT_USAGE,
+            "UsageError",
+        )
+    config = (
+        provider_cli.config_or_exit(config_path, providers_dir, as_json)
+        if (config_path or providers_dir or target)
+        else None
+    )
     if server:
         sys.exit(remote_doctor(server, target, as_json))
     workers = asyncio.run(_sandbox_report())
@@ -159,7 +179,9 @@ def demo(scenario: Path | None) -> None:
     click.secho("== provider examples/providers/groq.rhai against a local stand-in API", bold=True)
     ok = asyncio.run(provider_demo(click.echo))
     click.echo()
-    click.secho("== rhaipool serve in the background, driven with coordinator.client, then stopped", bold=True)
+    click.secho(
+        "== rhaipool serve in the background, driven with coordinator.client, then stopped", bold=True
+    )
     from coordinator._cli.service_demo import service_demo
 
     served = service_demo(click.echo)

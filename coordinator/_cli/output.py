@@ -23,10 +23,10 @@ from typing import Any, Final, NoReturn
 import click
 
 __all__ = [
+    "CONTEXT_SETTINGS",
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
-    "CONTEXT_SETTINGS",
     "RhaipoolGroup",
     "add_verbosity",
     "emit_error",
@@ -63,15 +63,23 @@ def add_verbosity(command: click.Command) -> None:
     if "-v" not in names and "--verbose" not in names:
         command.params.append(
             click.Option(
-                ["-v", "--verbose"], is_flag=True, expose_value=False, is_eager=True, callback=_set_level,
+                ["-v", "--verbose"],
+                is_flag=True,
+                expose_value=False,
+                is_eager=True,
+                callback=_set_level,
                 help="Say more: retries as they happen, script hashes, log lines.",
-            )  # fmt: skip
+            )
         )
         command.params.append(
             click.Option(
-                ["-q", "--quiet"], is_flag=True, expose_value=False, is_eager=True, callback=_set_level,
+                ["-q", "--quiet"],
+                is_flag=True,
+                expose_value=False,
+                is_eager=True,
+                callback=_set_level,
                 help="Print only results and errors (no progress, retry or warning lines).",
-            )  # fmt: skip
+            )
         )
     if isinstance(command, click.Group):
         for sub in command.commands.values():
@@ -85,9 +93,7 @@ def error_doc(cls: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": body}
 
 
-def emit_error(
-    message: str, as_json: bool, code: int = EXIT_FAILED, cls: str = "Error", **extra: Any
-) -> int:
+def emit_error(message: str, as_json: bool, code: int = EXIT_FAILED, cls: str = "Error", **extra: Any) -> int:
     """Print one failure (JSON on stdout, else ``error: ...`` on stderr); returns ``code``."""
     if as_json:
         click.echo(json.dumps(error_doc(cls, message, **extra), ensure_ascii=False))

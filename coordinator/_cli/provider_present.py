@@ -78,7 +78,7 @@ def models_text(provider: str, rows: list[ModelInfo]) -> str:
 
 # -- failures -------------------------------------------------------------------------------------------
 
-_STATUS = re.compile(r"^HTTP (\d{3})\b[^:]*:?\s*(.*)$", re.S)
+_STATUS = re.compile(r"^HTTP (\d{3})\b[^:]*:?\s*(.*)$", re.DOTALL)
 _ADDRESS = re.compile(r"\('([^']+)', (\d+)\)")
 _SERVER_TEXT_CHARS = 300
 
@@ -126,7 +126,9 @@ def plain_transport(failure_kind: str | None, text: str, host: str | None) -> st
     if failure_kind == "dns-failure":
         return f"the host name of {where} did not resolve"
     if failure_kind == "timeout":
-        return f"no complete answer from {where} in time ({text})" if "within" in text else f"{where} timed out"
+        return (
+            f"no complete answer from {where} in time ({text})" if "within" in text else f"{where} timed out"
+        )
     if failure_kind == "tls-failure":
         return f"TLS handshake with {where} failed"
     if failure_kind == "connection-dropped":
@@ -134,7 +136,9 @@ def plain_transport(failure_kind: str | None, text: str, host: str | None) -> st
     return re.sub(r"\[Errno \d+\]\s*", "", text)
 
 
-def facts_from_host_error(value: dict[str, Any], failure_kind: str | None, server_text: str | None) -> FailureFacts:
+def facts_from_host_error(
+    value: dict[str, Any], failure_kind: str | None, server_text: str | None
+) -> FailureFacts:
     """The facts of one failed host request (the map a script saw plus what egress worked out)."""
     facts = FailureFacts(failure_kind=failure_kind)
     message = str(value.get("message", ""))

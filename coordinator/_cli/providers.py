@@ -17,10 +17,6 @@ from typing import Any
 
 import click
 
-from coordinator.providers.config import ProviderConfigError, ProvidersConfig, resolve_script
-from coordinator.providers.failures import ProviderError
-from coordinator.providers.loader import ProviderLoadError, ProviderNotFound
-from coordinator._cli.remote import SERVER_HELP, remote_infer, remote_models
 from coordinator._cli.config_check import check_config_file
 from coordinator._cli.output import EXIT_FAILED, EXIT_USAGE, emit_error, fail, verbosity
 from coordinator._cli.provider_present import (
@@ -32,10 +28,13 @@ from coordinator._cli.provider_present import (
     script_place,
 )
 from coordinator._cli.provider_watch import Watch, watching
+from coordinator._cli.remote import SERVER_HELP, remote_infer, remote_models
+from coordinator.providers.config import ProviderConfigError, ProvidersConfig, resolve_script
+from coordinator.providers.failures import ProviderError
+from coordinator.providers.loader import OPTIONAL, ProviderLoadError, ProviderNotFound
 from coordinator.providers.request import RequestError
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
-from coordinator.providers.loader import OPTIONAL
 from coordinator.providers.session import open_runtime, read_config
 
 __all__ = [
@@ -51,7 +50,11 @@ PONG_REQUEST = {"messages": [{"role": "user", "content": "Reply with exactly: PO
 
 
 def _fail(
-    message: str, as_json: bool, code: int = EXIT_FAILED, error: dict[str, Any] | None = None, cls: str = "Error"
+    message: str,
+    as_json: bool,
+    code: int = EXIT_FAILED,
+    error: dict[str, Any] | None = None,
+    cls: str = "Error",
 ) -> int:
     if error is not None:
         body = dict(error)
@@ -86,11 +89,15 @@ def _config_options(fn: Any) -> Any:
     )(fn)
 
 
-def config_or_exit(config_path: Path | None, providers_dir: Path | None, as_json: bool = False) -> ProvidersConfig:
+def config_or_exit(
+    config_path: Path | None, providers_dir: Path | None, as_json: bool = False
+) -> ProvidersConfig:
     """The configuration, or exit 2 with one error saying what is wrong; unknown names are warned about."""
     if config_path is not None:
         if not config_path.is_file():
-            fail(f"cannot read config {config_path}: no such file", as_json, EXIT_USAGE, "ProviderConfigError")
+            fail(
+                f"cannot read config {config_path}: no such file", as_json, EXIT_USAGE, "ProviderConfigError"
+            )
         _, problems = check_config_file(config_path)
         for problem in problems if verbosity() >= 0 else []:
             if "unknown key" in problem or "passed to the script" in problem:
@@ -152,7 +159,9 @@ def _provider_failure(exc: ProviderError, watch: Watch, as_json: bool) -> int:
 async def _infer(config: ProvidersConfig, name: str, request: Any, stream: bool, as_json: bool) -> int:
     async with open_runtime(config) as runtime:
         if await _load(runtime, name, as_json) is None:
-            return EXIT_USAGE if runtime.config.table(name) is None and not _script_exists(runtime, name) else 1
+            return (
+                EXIT_USAGE if runtime.config.table(name) is None and not _script_exists(runtime, name) else 1
+            )
         with watching(runtime, name) as watch:
             table = runtime.config.table(name)
             watch.script = resolve_script(runtime.config.providers_dir, name, table.script if table else None)
@@ -241,7 +250,9 @@ def infer_command(
     try:
         request = json.loads(request_path.read_text(encoding="utf-8"))
     except OSError as exc:
-        fail(f"invalid request: cannot read {request_path}: {exc.strerror or exc}", as_json, 2, "RequestError")
+        fail(
+            f"invalid request: cannot read {request_path}: {exc.strerror or exc}", as_json, 2, "RequestError"
+        )
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         fail(f"invalid request: {request_path} is not JSON: {exc}", as_json, 2, "RequestError")
     if server:
@@ -258,7 +269,9 @@ async def _models(config: ProvidersConfig, name: str, as_json: bool) -> int:
     async with open_runtime(config) as runtime:
         provider = await _load(runtime, name, as_json)
         if provider is None:
-            return EXIT_USAGE if runtime.config.table(name) is None and not _script_exists(runtime, name) else 1
+            return (
+                EXIT_USAGE if runtime.config.table(name) is None and not _script_exists(runtime, name) else 1
+            )
         try:
             rows = await runtime.list_models(provider)
         except ProviderError as exc:
@@ -353,7 +366,11 @@ async def check_provider_script(path: Path, pool: Any) -> dict[str, Any]:
     doc["functions"] = [{"name": n, "arity": a} for n, a in functions]
     problem = check_functions(path.stem, functions)
     if problem is not None:
-        doc["error"] = {"class": "MissingFunction", "message": _strip_name(problem, path.stem), "file": str(path)}
+        doc["error"] = {
+            "class": "MissingFunction",
+            "message": _strip_name(problem, path.stem),
+            "file": str(path),
+        }
         return doc
     doc["valid"] = True
     return doc
@@ -363,7 +380,11 @@ def validation_text(doc: dict[str, Any], path: Path) -> str:
     """One line for a person (the error with its place, or what the script offers)."""
     error = doc["error"]
     if error is not None:
-        where = f"{error['file']}:{error['line']}:{error.get('column', 0)}" if error.get("line") else error["file"]
+        where = (
+            f"{error['file']}:{error['line']}:{error.get('column', 0)}"
+            if error.get("line")
+            else error["file"]
+        )
         return f"error: {where}: {error['message']}"
     present = {(f["name"], f["arity"]) for f in doc["functions"]}
     counting = "defines count_tokens" if ("count_tokens", 3) in present else "no count_tokens (heuristic)"

@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from coordinator.regions.assembly import AssembledRequest
 from coordinator._cli.scenario import ScenarioResult
+from coordinator.regions.assembly import AssembledRequest
 
 __all__ = ["Style", "format_request", "format_result"]
 
@@ -117,7 +117,10 @@ def _failure_lines(result: ScenarioResult, style: Style) -> list[str]:
             diff = difflib.ndiff(str(f.expected).splitlines(), f.actual.splitlines())
             lines += [f"    {d}" for d in diff]
         elif f.key == "contains":
-            lines += [f"    expected to contain: {f.expected!r}", f"    actual text:         {_clip(str(f.actual), 200)!r}"]
+            lines += [
+                f"    expected to contain: {f.expected!r}",
+                f"    actual text:         {_clip(str(f.actual), 200)!r}",
+            ]
         else:
             lines += [f"    expected: {f.expected!r}", f"    actual:   {f.actual!r}"]
     return lines

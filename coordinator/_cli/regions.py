@@ -19,6 +19,9 @@ from typing import Any
 
 import click
 
+from coordinator._cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_doc, fail, verbosity
+from coordinator._cli.region_present import format_result
+from coordinator._cli.scenario import ScenarioError, load_scenario, run_scenario
 from coordinator.regions.loading import (
     DEFAULT_HOOK_TIMEOUT,
     RegionLoadError,
@@ -26,9 +29,6 @@ from coordinator.regions.loading import (
     check_hook_arities,
     describe_failure,
 )
-from coordinator._cli.region_present import format_result
-from coordinator._cli.scenario import ScenarioError, load_scenario, run_scenario
-from coordinator._cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_doc, fail, verbosity
 from proto.errors import RhaipoolError
 
 __all__ = ["RegionValidation", "run_test", "run_validate", "test_command", "validate_region"]
@@ -58,7 +58,9 @@ class RegionValidation:
 
     def to_json(self) -> dict[str, Any]:
         """``{"valid", "kind", "error": null | {"class", "message", "file", ...}, "functions", "metadata"}``."""
-        error = None if self.error is None else {"class": self.error_class, "message": self.error, **self.place}
+        error = (
+            None if self.error is None else {"class": self.error_class, "message": self.error, **self.place}
+        )
         return {
             "valid": self.valid,
             "kind": "region",
@@ -82,7 +84,9 @@ async def validate_region(path: Path, pool: RegionPool) -> RegionValidation:
     try:
         source = await asyncio.to_thread(path.read_text, encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return RegionValidation(False, f"cannot read custom region script '{label}': {exc}", place=place, error_class="InputError")
+        return RegionValidation(
+            False, f"cannot read custom region script '{label}': {exc}", place=place, error_class="InputError"
+        )
     try:
         handle = await pool.load(source, name=label, kind="region")
     except RhaipoolError as exc:
@@ -90,7 +94,9 @@ async def validate_region(path: Path, pool: RegionPool) -> RegionValidation:
         line, column = getattr(exc, "line", None), getattr(exc, "column", None)
         place.update({"line": line, "column": column or 0} if line else {})
         return RegionValidation(False, f"Script compilation failed: {label}: {inner}", place=place)
-    functions = [(str(n), int(a)) for n, a in getattr(handle, "functions", ()) if not str(n).startswith("anon$")]
+    functions = [
+        (str(n), int(a)) for n, a in getattr(handle, "functions", ()) if not str(n).startswith("anon$")
+    ]
     problem = check_hook_arities(functions)
     if problem is not None:
         message = f"Script validation failed: {label}: {problem}"
@@ -117,7 +123,9 @@ def scenario_paths(given: tuple[Path, ...]) -> list[Path]:
     return out
 
 
-async def _run_one(path: Path, as_json: bool, hook_timeout: float, pool_factory: PoolFactory) -> tuple[int, dict[str, Any]]:
+async def _run_one(
+    path: Path, as_json: bool, hook_timeout: float, pool_factory: PoolFactory
+) -> tuple[int, dict[str, Any]]:
     try:
         scenario = load_scenario(path)
     except ScenarioError as exc:
@@ -132,9 +140,7 @@ async def _run_one(path: Path, as_json: bool, hook_timeout: float, pool_factory:
     return (EXIT_OK if result.passed else EXIT_FAILED), {"scenario": str(path), **result.to_json()}
 
 
-async def _run_test(
-    paths: list[Path], as_json: bool, hook_timeout: float, pool_factory: PoolFactory
-) -> int:
+async def _run_test(paths: list[Path], as_json: bool, hook_timeout: float, pool_factory: PoolFactory) -> int:
     codes, docs = [], []
     for path in paths:
         code, doc = await _run_one(path, as_json, hook_timeout, pool_factory)
@@ -160,7 +166,9 @@ def _positive_seconds(ctx: click.Context, param: click.Parameter, value: float) 
 
 @click.command("test")
 @click.argument("scenarios", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON (steps, entries, passed, failures).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the run as JSON (steps, entries, passed, failures)."
+)
 @click.option(
     "--timeout",
     type=float,

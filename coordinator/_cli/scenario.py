@@ -105,7 +105,13 @@ class ExpectationFailure:
 
     def to_json(self) -> dict[str, Any]:
         """``{"step", "op", "key", "expected", "actual"}`` (step is 1-based, as printed)."""
-        return {"step": self.step, "op": self.op, "key": self.key, "expected": self.expected, "actual": self.actual}
+        return {
+            "step": self.step,
+            "op": self.op,
+            "key": self.key,
+            "expected": self.expected,
+            "actual": self.actual,
+        }
 
 
 def _known(body: Mapping[str, Any], place: str, where: str, extra: frozenset[str] = frozenset()) -> None:
@@ -113,7 +119,11 @@ def _known(body: Mapping[str, Any], place: str, where: str, extra: frozenset[str
     for key in body:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
-            hint = f" (did you mean '{close[0]}'?)" if close else f" (expected one of {', '.join(sorted(allowed))})"
+            hint = (
+                f" (did you mean '{close[0]}'?)"
+                if close
+                else f" (expected one of {', '.join(sorted(allowed))})"
+            )
             raise ScenarioError(f"{where}: unknown key '{key}'{hint}")
 
 
@@ -256,9 +266,17 @@ def _check_expect(expect: Any, op: str, where: str) -> None:
     _need("outcome" not in expect or op in ("write", "replace"), f"{where}.outcome", "only writes have one")
     contains = expect.get("contains", [])
     contains = [contains] if isinstance(contains, str) else contains
-    _need(isinstance(contains, list) and all(isinstance(c, str) for c in contains), f"{where}.contains", "a string or a list of strings")
+    _need(
+        isinstance(contains, list) and all(isinstance(c, str) for c in contains),
+        f"{where}.contains",
+        "a string or a list of strings",
+    )
     _need(isinstance(expect.get("equals", ""), str), f"{where}.equals", "must be a string")
-    _need(expect.get("outcome", "accepted") in ("accepted", "replaced", "dropped", "error"), f"{where}.outcome", "accepted, replaced, dropped or error")
+    _need(
+        expect.get("outcome", "accepted") in ("accepted", "replaced", "dropped", "error"),
+        f"{where}.outcome",
+        "accepted, replaced, dropped or error",
+    )
     for key in ("entries", "tokens"):
         if key in expect:
             _need(_is_int(expect[key]), f"{where}.{key}", _INT_TEXT)
@@ -278,7 +296,9 @@ def render_text(request: AssembledRequest) -> str:
     return "\n".join(parts)
 
 
-def check_step(index: int, op: str, body: Mapping[str, Any], step: dict[str, Any], region: Region, text: str | None) -> list[ExpectationFailure]:
+def check_step(
+    index: int, op: str, body: Mapping[str, Any], step: dict[str, Any], region: Region, text: str | None
+) -> list[ExpectationFailure]:
     """The failed expectations of one step (empty when it states none or all held)."""
     expect = body.get("expect", {})
     out: list[ExpectationFailure] = []
@@ -293,7 +313,9 @@ def check_step(index: int, op: str, body: Mapping[str, Any], step: dict[str, Any
     if "equals" in expect:
         check("equals", expect["equals"], text, text == expect["equals"])
     if "fallback" in expect:
-        check("fallback", expect["fallback"], step.get("fallback"), step.get("fallback") == expect["fallback"])
+        check(
+            "fallback", expect["fallback"], step.get("fallback"), step.get("fallback") == expect["fallback"]
+        )
     if "outcome" in expect:
         check("outcome", expect["outcome"], step.get("outcome"), step.get("outcome") == expect["outcome"])
     if "entries" in expect:

@@ -15,7 +15,7 @@ from coordinator._cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 
 __all__ = ["infer_kind", "validate_config"]
 
-_INFERENCE = re.compile(r"^\s*(?:private\s+)?fn\s+inference\s*\(", re.M)
+_INFERENCE = re.compile(r"^\s*(?:private\s+)?fn\s+inference\s*\(", re.MULTILINE)
 
 
 def infer_kind(path: Path) -> str:
@@ -28,9 +28,9 @@ def infer_kind(path: Path) -> str:
 
 
 async def _check_scripts(config: Any) -> dict[str, dict[str, Any]]:
+    from coordinator._cli.providers import check_provider_script
     from coordinator.providers.config import resolve_script
     from coordinator.providers.session import open_runtime
-    from coordinator._cli.providers import check_provider_script
 
     names = sorted({name for name, _ in config.providers})
     out: dict[str, dict[str, Any]] = {}

@@ -31,14 +31,10 @@ from coordinator.providers.errors import (
 )
 
 __all__ = [
-    "ApiError",
-    "classify_api_message",
-    "classify_thrown",
-    "decorate",
-    "error_from_dict",
     "FAILURE_KINDS",
     "MAX_RETRY_AFTER_SECS",
     "REASON_REMEDIES",
+    "ApiError",
     "InvalidResponse",
     "ProviderError",
     "RateLimitExceeded",
@@ -46,6 +42,10 @@ __all__ = [
     "TokenLimitExceeded",
     "Unavailable",
     "UnclassifiedProviderError",
+    "classify_api_message",
+    "classify_thrown",
+    "decorate",
+    "error_from_dict",
     "value_text",
 ]
 

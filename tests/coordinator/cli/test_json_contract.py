@@ -75,10 +75,14 @@ def test_help_on_every_command_without_implementation_notes(flag: str) -> None:
 def test_every_option_has_help() -> None:
     def walk(command: click.Command, path: str) -> list[str]:
         if isinstance(command, click.Group):
-            subs = [(n, c) for n, c in command.commands.items() if n != "bench"]  # benchmarks: not user commands
+            subs = [
+                (n, c) for n, c in command.commands.items() if n != "bench"
+            ]  # benchmarks: not user commands
             return [m for n, c in subs for m in walk(c, f"{path} {n}")]
         return [
-            f"{path} {p.name}" for p in command.params if isinstance(p, click.Option) and not p.help and not p.hidden
+            f"{path} {p.name}"
+            for p in command.params
+            if isinstance(p, click.Option) and not p.help and not p.hidden
         ]
 
     assert walk(main, "rhaipool") == []

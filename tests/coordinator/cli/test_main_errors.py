@@ -56,9 +56,7 @@ def request_file(tmp_path: Path) -> Path:
 # -- validate ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("kind", "message"), [("region", "cannot read"), ("provider", "cannot read")]
-)
+@pytest.mark.parametrize(("kind", "message"), [("region", "cannot read"), ("provider", "cannot read")])
 def test_validate_missing_file_json_is_a_validation_document(tmp_path: Path, kind: str, message: str) -> None:
     """A file that is not there is bad input (exit 2), reported in the one ``--json`` error shape."""
     missing = tmp_path / "nosuch.rhai"
@@ -169,8 +167,10 @@ def test_models_list_bad_config_json_is_json(tmp_path: Path, content: str | None
     result = invoke(models_command, "list", "--provider", "p", "--config", str(config), "--json")
     assert result.exit_code != 0
     error = json.loads(result.stdout)["error"]
-    assert result.exit_code == 2 and error["class"] == "ProviderConfigError" and (
-        "config" in error["message"] or "model_providers" in error["message"]
+    assert (
+        result.exit_code == 2
+        and error["class"] == "ProviderConfigError"
+        and ("config" in error["message"] or "model_providers" in error["message"])
     )
 
 

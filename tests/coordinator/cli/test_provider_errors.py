@@ -29,8 +29,18 @@ def _setup(tmp_path: Path, base_url: str) -> list[str]:
         f'providers_dir = "."\n[model_providers.groq]\napi_key = "k"\nbase_url = "{base_url}"\n'
         'egress_allow = ["127.0.0.1"]\n[limits]\ninference_retry_base_ms = 10\n'
     )
-    (tmp_path / "req.json").write_text(json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-    return ["infer", "--provider", "groq", "--request", str(tmp_path / "req.json"), "--config", str(tmp_path / "c.toml")]
+    (tmp_path / "req.json").write_text(
+        json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    )
+    return [
+        "infer",
+        "--provider",
+        "groq",
+        "--request",
+        str(tmp_path / "req.json"),
+        "--config",
+        str(tmp_path / "c.toml"),
+    ]
 
 
 def _run(*args: str) -> Any:
@@ -46,7 +56,10 @@ def test_401_names_its_label_status_server_message_and_remedy(tmp_path: Path, se
     assert "remedy: the provider refused the API key" in result.stderr
     error = json.loads(_run(*base, "--json").stdout)["error"]
     assert (error["class"], error["status"], error["server_message"], error["attempts"]) == (
-        "Unavailable", 401, "Invalid API Key", 1
+        "Unavailable",
+        401,
+        "Invalid API Key",
+        1,
     )
 
 
@@ -88,7 +101,9 @@ def test_a_stream_with_no_chunk_and_no_finish_is_an_error(tmp_path: Path, server
 
 def test_provider_compile_error_has_its_place_once(tmp_path: Path, server: StandinServer) -> None:
     base = _setup(tmp_path, server.base_url)
-    (tmp_path / "groq.rhai").write_text("fn initialize(c) { #{} }\nfn inference(s, r) { let x = 1 let y = 2; }\n")
+    (tmp_path / "groq.rhai").write_text(
+        "fn initialize(c) { #{} }\nfn inference(s, r) { let x = 1 let y = 2; }\n"
+    )
     result = _run(*base)
     assert result.exit_code == 1
     path = tmp_path / "groq.rhai"

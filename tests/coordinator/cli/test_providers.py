@@ -12,8 +12,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from coordinator._cli.providers import doctor_model_command, infer_command, models_command, run_validate
 from coordinator._cli.demo import provider_demo
+from coordinator._cli.providers import doctor_model_command, infer_command, models_command, run_validate
 from coordinator.bench.standin import StandinServer
 
 GROQ = (Path(__file__).resolve().parents[3] / "examples" / "providers" / "groq.rhai").read_text()

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from coordinator._cli import regions as region_cli
-from coordinator._cli.regions import _run_test, _validate, validate_region
 from coordinator._cli.region_present import format_result
+from coordinator._cli.regions import _run_test, _validate, validate_region
 from coordinator._cli.scenario import ScenarioError, load_scenario, run_scenario
 
 if TYPE_CHECKING:

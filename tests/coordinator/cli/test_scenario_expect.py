@@ -26,7 +26,13 @@ def _run(*args: str) -> Any:
 
 def test_expectations_that_hold_exit_0(tmp_path: Path) -> None:
     steps = [
-        {"write": {"content": "a", "tokens": 3, "expect": {"outcome": "accepted", "entries": 1, "tokens": 3}}},
+        {
+            "write": {
+                "content": "a",
+                "tokens": 3,
+                "expect": {"outcome": "accepted", "entries": 1, "tokens": 3},
+            }
+        },
         {"render": {"expect": {"contains": "a", "fallback": False}}},
     ]
     result = _run(str(_scenario(tmp_path, steps)))
@@ -35,7 +41,10 @@ def test_expectations_that_hold_exit_0(tmp_path: Path) -> None:
 
 
 def test_a_failed_expectation_exits_1_with_a_diff(tmp_path: Path) -> None:
-    steps = [{"write": {"content": "a", "tokens": 3}}, {"render": {"expect": {"equals": "b", "fallback": True}}}]
+    steps = [
+        {"write": {"content": "a", "tokens": 3}},
+        {"render": {"expect": {"equals": "b", "fallback": True}}},
+    ]
     path = _scenario(tmp_path, steps)
     result = _run(str(path))
     assert result.exit_code == 1

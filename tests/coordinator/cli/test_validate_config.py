@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from coordinator._cli.main import main
 
-PROVIDER = "fn initialize(c) { #{} }\nfn inference(s, r) { let f = |x| x; #{content: f.call(\"ok\")} }\n"
+PROVIDER = 'fn initialize(c) { #{} }\nfn inference(s, r) { let f = |x| x; #{content: f.call("ok")} }\n'
 
 
 def _run(*args: str) -> Any:
