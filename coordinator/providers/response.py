@@ -187,7 +187,7 @@ def parse_response(value: Any, mime_rows: list[MimeRow] | None = None) -> Respon
     except Unconvertible as exc:
         raise InvalidResponse(f"provider returned an unconvertible value: {exc}") from exc
     if not isinstance(plain, dict):
-        raise InvalidResponse("`inference` must return a map")
+        raise InvalidResponse(f"provider script `inference` must return a map, got: {to_json_text(plain)}")
     calls = plain.get("tool_calls")
     return Response(
         content=_str_or_empty(plain.get("content")),
