@@ -1,15 +1,16 @@
 """The nodes package's exceptions::
 
 RhaipoolError (proto.errors)
-└── KeyFileError           a key operation that cannot be done (bad input: exit code 2 in the CLI)
-    └── KeyExists          the key file is there already; keys are never overwritten (exit code 1)
+├── KeyFileError           a key operation that cannot be done (bad input: exit code 2 in the CLI)
+│   └── KeyExists          the key file is there already; keys are never overwritten (exit code 1)
+└── NodesConfigError       the [nodes] table of the service config is wrong          .where
 """
 
 from __future__ import annotations
 
 from proto.errors import RhaipoolError
 
-__all__ = ["KeyExists", "KeyFileError"]
+__all__ = ["KeyExists", "KeyFileError", "NodesConfigError"]
 
 
 class KeyFileError(RhaipoolError):
@@ -18,3 +19,11 @@ class KeyFileError(RhaipoolError):
 
 class KeyExists(KeyFileError):
     """The key file is there already: keys are never overwritten."""
+
+
+class NodesConfigError(RhaipoolError):
+    """The ``[nodes]`` table names something wrong: the message says which key and why."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
