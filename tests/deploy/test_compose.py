@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from coordinator.nodes.config import parse_nodes_config
 from coordinator.service.config import parse_service_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,8 +110,10 @@ def test_service_config_is_read_by_the_service_and_points_into_its_mounts() -> N
     assert data["serve"]["local_workers"] == 0
     keys_path, read_only = mounts("rhaipool")["coordinator-keys"]
     assert read_only
-    assert data["nodes"]["secret_key"] == f"{keys_path}/coordinator.key_secret"
-    assert data["nodes"]["authorized_keys"] == f"{keys_path}/nodes"
+    nodes = parse_nodes_config(data, base=Path("/etc/rhaipool"), check_files=False)
+    assert nodes is not None and nodes.host == "0.0.0.0"
+    assert nodes.secret_key == Path(keys_path) / "coordinator.key_secret"
+    assert nodes.authorized_keys == Path(keys_path) / "nodes"
     data_path, read_only = mounts("rhaipool")["data"]
     assert serve.database.parent == Path(data_path) and not read_only
 

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from coordinator.nodes.config import parse_nodes_config
 from coordinator.service.config import parse_service_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,15 +131,17 @@ def test_service_config_is_read_by_the_service_and_matches_the_pod() -> None:
     serve = parse_service_config(data, base=Path("/etc/rhaipool"))
     assert serve.port == container_port("rhaipool-service", "http")
     assert data["serve"]["local_workers"] == 0
-    assert data["nodes"]["listen"] == f"tcp://0.0.0.0:{container_port('rhaipool-service', 'nodes')}"
+    nodes = parse_nodes_config(data, base=Path("/etc/rhaipool"), check_files=False)
+    assert nodes is not None
+    assert (nodes.host, nodes.port) == ("0.0.0.0", container_port("rhaipool-service", "nodes"))
     data_mount = mount_of("rhaipool-service", "persistentVolumeClaim", "rhaipool-data")
     assert serve.database.parent == Path(data_mount["mountPath"]) and not data_mount.get("readOnly")
     keys = mount_of("rhaipool-service", "secret", "rhaipool-coordinator-keys")
-    secret_key = Path(data["nodes"]["secret_key"])
+    secret_key = nodes.secret_key
     assert secret_key.parent == Path(keys["mountPath"])
     assert secret_key.name in one("Secret", "rhaipool-coordinator-keys")["stringData"]
     authorized = mount_of("rhaipool-service", "secret", "rhaipool-authorized-nodes")
-    assert data["nodes"]["authorized_keys"] == authorized["mountPath"]
+    assert nodes.authorized_keys == Path(authorized["mountPath"])
     # a subPath mount never sees the Secret change: revoking would need a restart
     assert "subPath" not in authorized and "subPath" not in keys
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.nodes.config import parse_nodes_config
 from coordinator.service.config import parse_service_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +129,8 @@ def test_coordinator_config_reads_its_key_from_the_unit_credential() -> None:
     assert serve.database.parent == Path("/var/lib") / last("rhaipool.service", "StateDirectory")
     (credential,) = directives("rhaipool.service")["LoadCredential"]
     name = credential.split(":")[0]
-    assert data["nodes"]["secret_key"] == f"/run/credentials/rhaipool.service/{name}"
+    nodes = parse_nodes_config(data, base=Path("/etc/rhaipool"), check_files=False)
+    assert nodes is not None
+    assert nodes.secret_key == Path("/run/credentials/rhaipool.service") / name
     assert "--config /etc/rhaipool/rhaipool.toml" in last("rhaipool.service", "ExecStart")
     assert data["serve"]["local_workers"] == 0
