@@ -66,6 +66,12 @@ class LoadedProvider:
         return (fn, OPTIONAL[fn]) in self.functions
 
 
+def compile_position(exc: BaseException, message: str) -> str:
+    """`` (line L, position C)`` as Rhai appends it to a compile error, unless the message has it already."""
+    line, column = getattr(exc, "line", None), getattr(exc, "column", None)
+    return f" (line {line}, position {column})" if line and f"(line {line}" not in message else ""
+
+
 def check_functions(name: str, functions: list[tuple[str, int]]) -> str | None:
     """The first missing or mis-declared required function (SPEC §3.4).
 
@@ -221,7 +227,8 @@ class ProviderLoader:
         try:
             handle = await self.executor.load(source, name, tenant=tenant)
         except pool_errors.LoadError as exc:
-            raise ProviderLoadError(f"compile provider script {name}: {exc.message}") from exc
+            where = compile_position(exc, exc.message)
+            raise ProviderLoadError(f"compile provider script {name}: {exc.message}{where}") from exc
         functions = list(handle.functions)
         problem = check_functions(name, functions)
         if problem is not None:

@@ -11,7 +11,7 @@ from typing import Any
 from coordinator.egress import Egress, EgressLimits
 from coordinator.providers.config import ProvidersConfig, load_config
 from coordinator.providers.executor import DEFAULT_TENANT, KIND, PoolExecutor
-from coordinator.providers.loader import OPTIONAL, check_functions
+from coordinator.providers.loader import OPTIONAL, check_functions, compile_position
 from coordinator.providers.metadata import parse_metadata
 from coordinator.providers.runtime import ProviderRuntime
 from proto.errors import RhaipoolError
@@ -92,6 +92,7 @@ async def validate_provider(path: Path, pool: Any, *, tenant: str = DEFAULT_TENA
         handle = await pool.load(source, name=name, kind=KIND, tenant=tenant)
     except RhaipoolError as exc:
         message = getattr(exc, "message", str(exc))
+        message += compile_position(exc, message)
         return ProviderValidation(False, f"compile provider script {name}: {message}", [], metadata)
     functions = [(n, a) for n, a in handle.functions if not n.startswith("anon$")]
     problem = check_functions(name, functions)

@@ -3,6 +3,9 @@ found and that is now fixed (issue 12 point 8)."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from coordinator.providers.errors import InvalidResponse, RequestError
@@ -35,3 +38,25 @@ def test_a_non_map_answer_is_named_in_the_reference_words(value: object, shown: 
     with pytest.raises(InvalidResponse) as info:
         parse_response(value)
     assert info.value.message == f"provider script `inference` must return a map, got: {shown}"
+
+
+def test_a_compile_error_names_its_position_as_the_reference_does(tmp_path: Path) -> None:
+    """The reference's provider load error is Rhai's text with ``(line L, position C)``; rhaipool lost it."""
+    from coordinator import Pool
+    from coordinator.providers.config import parse_config
+    from coordinator.providers.errors import ProviderLoadError
+    from coordinator.providers.executor import PoolExecutor
+    from coordinator.providers.runtime import ProviderRuntime
+
+    (tmp_path / "broken.rhai").write_text("fn initialize(config) { #{} \n")
+
+    async def main() -> str:
+        async with Pool(workers=1) as pool:
+            runtime = ProviderRuntime(PoolExecutor(pool), None, parse_config({"providers_dir": str(tmp_path)}))
+            with pytest.raises(ProviderLoadError) as info:
+                await runtime.get("broken")
+            return str(info.value)
+
+    assert asyncio.run(main()) == (
+        "compile provider script broken: Expecting ';' to terminate this statement (line 2, position 1)"
+    )
