@@ -68,8 +68,15 @@ class AuthorizedKeys:
         return False
 
     def callback(self, domain: str, key: bytes) -> bool:
-        """pyzmq's credentials-provider hook (``Authenticator.configure_curve_callback``)."""
-        return self.allows(key)
+        """pyzmq's credentials-provider hook (``Authenticator.configure_curve_callback``).
+
+        Never raises: an exception would end pyzmq's ZAP task and leave every later handshake unanswered.
+        """
+        try:
+            return self.allows(key)
+        except Exception:
+            log.exception("refused node key %s: the authorized keys could not be checked", key.decode())
+            return False
 
     def _refresh(self) -> None:
         signature = _signature(self.directory) + _signature(self.directory / REVOKED_DIR)
@@ -92,8 +99,14 @@ def _public_key_files(directory: Path) -> list[os.DirEntry[str]]:
 
 
 def _signature(directory: Path) -> _Signature:
-    stats = ((e.name, e.stat()) for e in _public_key_files(directory))
-    return tuple(sorted((name, st.st_ino, st.st_size, st.st_mtime_ns) for name, st in stats))
+    found = []
+    for entry in _public_key_files(directory):
+        try:
+            st = entry.stat()  # follows symlinks: a Kubernetes Secret update swaps their targets
+        except OSError:  # removed since the scandir: it is not there
+            continue
+        found.append((entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(found))
 
 
 def _load(directory: Path) -> frozenset[bytes]:

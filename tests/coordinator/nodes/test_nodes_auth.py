@@ -18,7 +18,16 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
-from coordinator.nodes import KeyFileError, curve_authenticator, curve_client, curve_server, generate, revoke
+from coordinator.nodes import (
+    AuthorizedKeys,
+    KeyFileError,
+    curve_authenticator,
+    curve_client,
+    curve_server,
+    generate,
+    revoke,
+)
+from coordinator.nodes.keys import read_public_key
 
 VERDICTS = {
     zmq.EVENT_HANDSHAKE_SUCCEEDED,
@@ -224,3 +233,39 @@ def test_a_refused_peer_retrying_is_logged_once_not_at_every_retry(
     assert verdicts == [zmq.EVENT_HANDSHAKE_FAILED_AUTH] * 4
     assert len(warnings) == 1
     assert "not in" in warnings[0].message
+
+
+def _atomic_writer_swap(directory: Path, files: dict[str, str], generation: int) -> None:
+    """What the kubelet does to a mounted Secret: a new ``..<ts>`` folder, ``..data`` swapped, links fixed."""
+    fresh = directory / f"..gen{generation}"
+    fresh.mkdir()
+    for name, text in files.items():
+        (fresh / name).write_text(text)
+    (directory / "..data_tmp").symlink_to(fresh.name)
+    (directory / "..data_tmp").rename(directory / "..data")
+    for name in files:
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(f"..data/{name}")
+    for stale in directory.iterdir():
+        if stale.is_symlink() and stale.name not in files and not stale.name.startswith(".."):
+            stale.unlink()
+
+
+def test_a_kubernetes_secret_update_revokes_without_restart(keys: Path) -> None:
+    """Revoking in Kubernetes = removing the key from the mounted Secret; files there are symlinks."""
+    mounted = keys / "mounted"
+    mounted.mkdir()
+    both = {
+        name: (keys / "authorized" / name).read_text() for name in ("node1.key", "node2.key")
+    }  # fmt: skip
+    _atomic_writer_swap(mounted, both, 1)
+    gate = AuthorizedKeys(mounted)
+    node1, node2 = (read_public_key(keys / "authorized" / f"node{i}.key") for i in (1, 2))
+    assert (gate.callback("*", node1), gate.callback("*", node2)) == (True, True)
+    _atomic_writer_swap(mounted, {"node2.key": both["node2.key"]}, 2)
+    assert (gate.callback("*", node1), gate.callback("*", node2)) == (False, True)
+
+
+def test_the_gate_refuses_rather_than_raises_when_the_directory_is_unreadable(keys: Path) -> None:
+    gate = AuthorizedKeys(keys / "authorized" / "node1.key")  # a file, not a directory
+    assert gate.callback("*", read_public_key(keys / "authorized" / "node1.key")) is False
