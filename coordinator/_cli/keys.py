@@ -35,15 +35,22 @@ def keys() -> None:
 @keys.command("generate")
 @click.argument("directory", type=_DIR)
 @click.argument("name")
-def generate_command(directory: Path, name: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"name", "public_key", "public", "secret"}.')
+def generate_command(directory: Path, name: str, as_json: bool) -> None:
     """Write DIRECTORY/NAME.key (public, 0644) and DIRECTORY/NAME.key_secret (0600); never overwrites."""
     try:
         public, secret = generate(directory, name)
     except KeyFileError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
+    z85 = read_public_key(public).decode("ascii")
+    if as_json:
+        click.echo(
+            json.dumps({"name": name, "public_key": z85, "public": str(public), "secret": str(secret)})
+        )
+        return
     click.echo(f"public key  {public}")
     click.echo(f"secret key  {secret}")
-    click.echo(f"z85         {read_public_key(public).decode('ascii')}")
+    click.echo(f"z85         {z85}")
 
 
 @keys.command("list")
@@ -76,10 +83,16 @@ def list_command(directory: Path, as_json: bool) -> None:
 @keys.command("revoke")
 @click.argument("directory", type=_DIR)
 @click.argument("name")
-def revoke_command(directory: Path, name: str) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print {"name", "revoked"} (the new path of the public key).'
+)
+def revoke_command(directory: Path, name: str, as_json: bool) -> None:
     """Move NAME's key files into DIRECTORY/revoked: refused at its next handshake, no restart needed."""
     try:
         target = revoke(directory, name)
     except KeyFileError as exc:
-        _fail(exc)
-    click.echo(f"revoked {name}: moved to {target}")
+        _fail(exc, as_json)
+    if as_json:
+        click.echo(json.dumps({"name": name, "revoked": str(target)}))
+    else:
+        click.echo(f"revoked {name}: moved to {target}")

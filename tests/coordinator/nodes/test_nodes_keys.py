@@ -125,3 +125,18 @@ def test_generate_under_a_file_is_a_clear_error_not_a_traceback(tmp_path: Path) 
     done = rhaipool("keys", "generate", tmp_path / "file" / "keys", "node1")
     assert done.exit_code == 2
     assert "cannot write keys" in done.stderr
+
+
+def test_generate_and_revoke_answer_in_json_too(tmp_path: Path) -> None:
+    made = json.loads(rhaipool("keys", "generate", tmp_path, "node1", "--json").stdout)
+    assert made == {
+        "name": "node1",
+        "public_key": zmq.auth.load_certificate(tmp_path / "node1.key")[0].decode(),
+        "public": str(tmp_path / "node1.key"),
+        "secret": str(tmp_path / "node1.key_secret"),
+    }
+    again = rhaipool("keys", "generate", tmp_path, "node1", "--json")
+    assert again.exit_code == 1
+    assert json.loads(again.stdout)["error"]["class"] == "KeyExists"
+    revoked = json.loads(rhaipool("keys", "revoke", tmp_path, "node1", "--json").stdout)
+    assert revoked == {"name": "node1", "revoked": str(tmp_path / "revoked" / "node1.key")}
