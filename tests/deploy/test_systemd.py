@@ -134,3 +134,19 @@ def test_coordinator_config_reads_its_key_from_the_unit_credential() -> None:
     assert nodes.secret_key == Path("/run/credentials/rhaipool.service") / name
     assert "--config /etc/rhaipool/rhaipool.toml" in last("rhaipool.service", "ExecStart")
     assert data["serve"]["local_workers"] == 0
+
+
+@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="systemd-sysusers is not installed here")
+def test_sysusers_file_creates_the_unprivileged_user_the_units_run_as(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    done = subprocess.run(
+        ["systemd-sysusers", f"--root={tmp_path}", str(UNITS / "rhaipool.sysusers")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    users = {
+        line.split(":")[0]: line.split(":") for line in (tmp_path / "etc" / "passwd").read_text().splitlines()
+    }
+    user = users[last("rhaipool.service", "User")]
+    assert last("rhaipool-node.service", "User") == user[0]
+    assert int(user[2]) != 0 and user[5] == "/var/lib/rhaipool" and user[6].endswith("nologin")
