@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 
 import pytest
 
-from coordinator.egress import EgressDenied, EgressPolicy
+from coordinator.egress import Egress, EgressDenied, EgressPolicy, HostError
 from coordinator.egress.addresses import reached_ipv4
 
 OPEN = EgressPolicy.build("p", allowed_hosts=("*",))
@@ -80,3 +81,20 @@ def test_metadata_through_nat64_is_refused_even_when_its_range_is_allowed() -> N
     policy = EgressPolicy.build("p", allowed_hosts=("*",), egress_allow=("100.64.0.0/10",))
     assert policy.address_allowed("example.com", "64:ff9b::6440:1")  # 100.64.0.1, listed
     assert not policy.address_allowed("example.com", "64:ff9b::a9fe:a9fe")
+
+
+@pytest.mark.parametrize(
+    "host", ["[::ffff:0:7f00:1]", "[2002:7f00:1::1]", "[64:ff9b::a9fe:a9fe]", "[::a00:1]", "[fec0::1]"]
+)
+def test_the_client_refuses_them_before_connecting(host: str) -> None:
+    """Through the real client: refused at connect time with the policy's message."""
+
+    async def scenario() -> HostError:
+        async with Egress() as egress:
+            with pytest.raises(HostError) as info:
+                await egress.fetch(OPEN, "GET", f"http://{host}:9/", timeout=5)
+            assert egress.budgets.in_flight()["requests"] == 0
+            return info.value
+
+    error = asyncio.run(scenario())
+    assert "egress refused" in error.value["message"] and "egress_allow" in error.value["message"]
