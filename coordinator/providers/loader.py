@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from coordinator.providers.metadata import Metadata, parse_metadata
 __all__ = [
     "check_functions",
     "LoadedProvider",
+    "MAX_CACHED",
     "OPTIONAL",
     "ProviderLoader",
     "ProviderLoadError",
@@ -115,14 +117,27 @@ def build_env(name: str, config: ProvidersConfig, table: ProviderTable | None) -
     )
 
 
-class ProviderLoader:
-    """The per-name cache of loaded providers."""
+#: Loaded providers kept at once (one per tenant and name): the least recently used is dropped and
+#: simply loaded again on its next lookup, so many tenants cannot grow the cache without bound.
+MAX_CACHED = 1024
 
-    def __init__(self, executor: PoolExecutor, egress: Egress | None, config: ProvidersConfig) -> None:
+
+class ProviderLoader:
+    """The per-(tenant, name) cache of loaded providers, bounded (``MAX_CACHED``)."""
+
+    def __init__(
+        self,
+        executor: PoolExecutor,
+        egress: Egress | None,
+        config: ProvidersConfig,
+        *,
+        max_cached: int = MAX_CACHED,
+    ) -> None:
         self.executor = executor
         self.egress = egress
         self.config = config
-        self._cache: dict[tuple[str, str], LoadedProvider] = {}
+        self.max_cached = max_cached
+        self._cache: OrderedDict[tuple[str, str], LoadedProvider] = OrderedDict()
         self._loading: dict[tuple[str, str, Path, int, Any], asyncio.Future[LoadedProvider]] = {}
 
     def config_key(self, name: str) -> Any:
@@ -157,6 +172,7 @@ class ProviderLoader:
         key = self.config_key(name)
         cached = self._cache.get(slot)
         if cached is not None and (cached.path, cached.mtime_ns, cached.config_key) == (path, mtime, key):
+            self._cache.move_to_end(slot)
             return cached
         try:
             loaded = await self._shared_load((tenant, name, path, mtime, key))
@@ -164,6 +180,9 @@ class ProviderLoader:
             self._cache.pop(slot, None)
             raise
         self._cache[slot] = loaded
+        self._cache.move_to_end(slot)
+        while len(self._cache) > self.max_cached:
+            self._cache.popitem(last=False)
         return loaded
 
     async def _shared_load(self, flight: tuple[str, str, Path, int, Any]) -> LoadedProvider:

@@ -141,3 +141,22 @@ def test_the_egress_quota_of_one_tenant_leaves_another_alone(harness: Harness) -
     failed = [r for r in results if isinstance(r, ProviderError)]
     assert len(failed) == 1 and "tenant_requests" in failed[0].message and failed[0].transient
     assert results[2].content == "slow answer"  # the quiet tenant's request was never in the way
+
+
+def test_the_per_tenant_cache_is_bounded_and_an_evicted_provider_just_loads_again(harness: Harness) -> None:
+    harness.write(
+        "p", 'fn initialize(config) { config }\nfn inference(state, request) { #{content: "ok"} }\n'
+    )
+
+    async def body(rt: ProviderRuntime) -> None:
+        rt.loader.max_cached = 2
+        first = await rt.get("p", tenant="a")
+        second = await rt.get("p", tenant="b")
+        assert await rt.get("p", tenant="a") is first  # a hit refreshes its place
+        await rt.get("p", tenant="c")  # evicts b, the least recently used
+        assert len(rt.loader._cache) == 2 and await rt.get("p", tenant="a") is first
+        again = await rt.get("p", tenant="b")
+        assert again is not second and again.tenant == "b"  # loaded (and initialised) again
+        assert (await rt.inference("p", REQ, tenant="b")).content == "ok"
+
+    harness.run(body)
