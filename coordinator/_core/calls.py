@@ -167,6 +167,8 @@ class Call:
     host: HostHandler | None = None
     stream: CallStream | None = None
     enqueued_at: float = 0.0
+    deadline: float | None = None
+    """``timeout`` seconds after its first attempt started: re-runs get only what is left of it."""
     retries: int = 0
     chunks: int = 0
     attempt: Attempt | None = None
@@ -199,6 +201,10 @@ class Call:
         """
         return self.host is not None and bool(getattr(self.host, "sent", True))
 
+    def time_left(self, now: float) -> float:
+        """Seconds of its ``timeout`` not yet used (the whole of it before its first start)."""
+        return self.timeout if self.deadline is None else self.deadline - now
+
     def finish(self, outcome: CallResult | CallFailed | BaseException) -> bool:
         """Resolve the call; ``False`` if it already had an outcome."""
         if self.future.done():
@@ -219,6 +225,8 @@ class Attempt:
     wire_id: int
     call: Call
     worker: Placement
+    sent_at: float
+    """When its CALL went out (``outcomes.reached``)."""
     timer: asyncio.TimerHandle | None = None
     host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     host_seq: int = 0

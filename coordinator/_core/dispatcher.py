@@ -9,8 +9,8 @@
                    │  ◀──RESULT / ERROR ── finish(call) exactly once; late or foreign replies dropped
        deadline timer: inline call → kill worker (blame it, or not if the worker is SIGSTOPped)
                        threaded call → CANCEL, fail with ScriptTimeout, expect a late reply
-       worker exit (Events.worker_exited) → outcomes.blame / after_death: fail, or re-run
-                       elsewhere when safe
+       worker exit (Events.worker_exited) → outcomes.blame / after_death: fail, or re-run with
+                       what is left of the timeout (a call ends by timeout + kill_grace)
 
 Owns the ``Placements`` and the supervisor it is built with (it is that supervisor's ``Events``);
 reads process records, never writes them.  Inline calls (region ``call``, every ``load``) run one
@@ -123,11 +123,13 @@ class Dispatcher(Events):
             self._forget(attempt, cancel=True)
 
     def _place(self, call: Call) -> bool:
-        """Send ``call`` to the best worker; ``False`` if none can take it now."""
-        worker = self.placements.pick(call)
-        if worker is not None:
-            self._send_attempt(call, worker)
-        return worker is not None
+        """Send ``call`` to the best worker still alive; ``False`` if none can take it now."""
+        while (worker := self.placements.pick(call)) is not None:
+            if self.supervisor.alive(worker.process):
+                self._send_attempt(call, worker)
+                return True
+            self.placements.refresh()  # exited, its pidfd not served yet: its exit settles it soon
+        return False
 
     def pump(self) -> None:
         """Place queued calls, tenant by tenant in rotation, until nothing more fits."""
@@ -141,11 +143,11 @@ class Dispatcher(Events):
         self.placements.reserve(bool(self._queue) and any(call.alone for call in self._queue.heads()))
 
     def _send_attempt(self, call: Call, worker: Placement) -> None:
-        handle, key = call.handle, (call.handle.kind, call.handle.sha256)
+        handle, key, now = call.handle, (call.handle.kind, call.handle.sha256), time.monotonic()
         wire = next(self._wire_ids)
         source = None if key in worker.scripts else handle.source
         message = CallMessage(
-            wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.timeout, call.tenant,
+            wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.time_left(now), call.tenant,
             handle.name, source, self._config.stream_window,
             None if call.resident is None else call.resident.wire(worker.id),
         )  # fmt: skip
@@ -158,7 +160,7 @@ class Dispatcher(Events):
         if call.alone:
             worker.alone, worker.reserved = True, False
         self.placements.placed(call.tenant)
-        attempt = Attempt(wire, call, worker)
+        attempt = Attempt(wire, call, worker, sent_at=now)
         worker.attempts[wire] = attempt
         call.attempt = attempt
         if call.inline:
@@ -173,7 +175,11 @@ class Dispatcher(Events):
 
     # -- deadlines -----------------------------------------------------------
     def _arm(self, attempt: Attempt) -> None:
-        delay = attempt.call.timeout + self._config.deadlines.kill_grace
+        """Start the hard deadline: what is left of the call's timeout (all of it the first time)."""
+        call, now = attempt.call, time.monotonic()
+        if call.deadline is None:
+            call.deadline = now + call.timeout
+        delay = call.deadline - now + self._config.deadlines.kill_grace
         attempt.timer = self._loop.call_later(delay, self._on_deadline, attempt)
 
     def _on_deadline(self, attempt: Attempt) -> None:
@@ -344,11 +350,11 @@ class Dispatcher(Events):
             why = worker.process.exit_reason
             if attempt is blamed and self._quarantine.strike(call.handle.sha256, now, why):
                 log.warning("script %s quarantined: %s", call.handle.name, why)
-            failure = outcomes.after_death(attempt, attempt is blamed, self._config, self.closing)
+            failure = outcomes.after_death(attempt, attempt is blamed, self._config, self.closing, now)
             if failure is not None:
                 call.finish(failure)
             else:
-                call.retries += 1
+                call.retries += outcomes.reached(attempt, now, self._config.deadlines.heartbeat)
                 self.retries += 1
                 self._queue.push(call, front=True)
         worker.attempts.clear()
@@ -361,12 +367,15 @@ class Dispatcher(Events):
 
     # -- periodic and shutdown -----------------------------------------------
     def tick(self, now: float) -> None:
-        """Queue-wait limit and unanswered cancels (the pool's one ticker calls it)."""
+        """Queue-wait limit, re-runs out of time, unanswered cancels (the pool's one ticker calls it)."""
         limit = self._config.deadlines.queue
         for call in list(self._queue.heads()):
             if now - call.enqueued_at > limit:
                 self._queue.pop(call)
                 call.finish(Overloaded(f"no worker free within {limit:g} s (queue wait limit)"))
+        for call in [c for c in self._queue if c.time_left(now) <= 0]:
+            self._queue.pop(call)  # a re-run still waiting for a worker when its timeout ran out
+            call.finish(outcomes.out_of_time(call, None))
         grace = self._config.deadlines.kill_grace
         for worker in self.placements:
             for wire, since in list(worker.zombies.items()):

@@ -11,13 +11,18 @@ Blame rules after a worker death (ARCHITECTURE §4):
 - with several running, such a death (or a memory kill) is ambiguous: it blames
   nobody and makes each running call's script a suspect (``coordinator._core.isolation``);
 - our other kills (frozen, heartbeat lost, unreachable, closing) blame nobody.
-A blamed call fails and strikes its script; an unblamed call is re-run when safe (``may_rerun``).
+A blamed call fails and strikes its script; an unblamed call is re-run when safe (``may_rerun``)
+and only with the time left of its ``timeout``: a call never outlives ``timeout + kill_grace`` by
+more than the time it takes to notice a death (milliseconds, pidfd).  A re-run is not sent to a
+worker that has already exited (``Supervisor.alive`` asks its pidfd first), and one sent to a
+worker already being killed does not count (``reached``): losing every worker at once costs a call
+one re-run, not all of them.
 """
 
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from coordinator._core.calls import CallResult
 from coordinator.errors import (
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
     from coordinator._core.workers import Placement
 
 __all__ = [
+    "MIN_RERUN_TIME",
     "after_death",
     "blame",
     "death_error",
@@ -48,11 +54,15 @@ __all__ = [
     "from_result",
     "lying_worker",
     "may_rerun",
+    "out_of_time",
+    "reached",
     "running",
     "timeout_error",
 ]
 
 _EXTERNAL = (-signal.SIGKILL, -signal.SIGTERM)
+MIN_RERUN_TIME: Final = 0.01
+"""A re-run needs at least this much of its timeout left (a zero timeout cannot even be sent)."""
 
 
 def fields(call: Call, worker: Placement | None) -> dict[str, Any]:
@@ -176,13 +186,14 @@ def death_error(call: Call, worker: Placement, *, blamed: bool, why_not_rerun: s
     )
 
 
-def may_rerun(call: Call, max_retries: int) -> str:
+def may_rerun(call: Call, max_retries: int, *, counts: bool = True) -> str:
     """Empty if an unblamed call may be re-run elsewhere, else why not.
 
     Side effects are what its host handler recorded (``HostHandler.sent``): an ``env_var`` or a
     request the egress policy refused does not stop a re-run; a request that may have left does.
+    ``counts=False``: the lost try never reached its worker (``reached``), so no re-run is used up.
     """
-    if call.retries >= max_retries:
+    if counts and call.retries >= max_retries:
         return f"already re-run {call.retries} time(s)"
     if call.side_effects:
         return "a host call already sent a request (egress happened or may have)"
@@ -191,13 +202,39 @@ def may_rerun(call: Call, max_retries: int) -> str:
     return ""
 
 
-def after_death(attempt: Attempt, blamed: bool, config: PoolConfig, closing: bool) -> CallFailed | None:
+def reached(attempt: Attempt, now: float, heartbeat: float) -> bool:
+    """Whether the CALL reached a live worker: only then does losing it count against ``max_retries``.
+
+    A worker that died within one heartbeat of the send without a word since had (almost surely)
+    been killed already: the pidfd check before the send cannot see a SIGKILL still in progress.
+    """
+    return attempt.worker.process.last_seen > attempt.sent_at or now - attempt.sent_at > heartbeat
+
+
+def after_death(
+    attempt: Attempt, blamed: bool, config: PoolConfig, closing: bool, now: float
+) -> CallFailed | None:
     """How an attempt whose worker died ends: its failure, or ``None`` to re-run the call."""
     call, worker = attempt.call, attempt.worker
     if blamed:
         return death_error(call, worker, blamed=True)
-    why_not = may_rerun(call, config.retry.max_retries)
+    counts = reached(attempt, now, config.deadlines.heartbeat)
+    why_not = may_rerun(call, config.retry.max_retries, counts=counts)
     why_not = why_not or ("pool closing" if closing else "")
     if why_not:
         return death_error(call, worker, blamed=False, why_not_rerun=why_not)
+    if call.time_left(now) < MIN_RERUN_TIME:
+        return out_of_time(call, worker)
     return None
+
+
+def out_of_time(call: Call, worker: Placement | None) -> CallFailed:
+    """An unblamed call that lost its worker (``None``: waited for a new one) after its ``timeout``."""
+    if worker is None:
+        lost, cause = "it waited for a worker to re-run it", "re-run waited too long"
+    else:
+        cause = worker.process.exit_reason
+        lost = f"worker {worker.id} was lost ({cause}) with no time left to re-run it"
+    return ScriptTimeout(
+        f"no answer within its {call.timeout:g} s deadline; {lost}", cause=cause, **fields(call, worker)
+    )

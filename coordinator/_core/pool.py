@@ -9,7 +9,7 @@
                                           │
                                   Supervisor (spawn, pidfd exit, watchdog, recycle)
                      one ticker task (50 ms): supervisor (liveness, memory, recycling),
-                                              dispatcher (queue wait, unanswered cancels)
+                                              dispatcher (queue wait, re-runs out of time)
 
 Ownership: the supervisor owns each worker's process record, the dispatcher its placement record
 (``coordinator._core.workers``); the dispatcher is built with the supervisor it is the ``Events``

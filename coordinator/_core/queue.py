@@ -39,6 +39,11 @@ class FairQueue:
             fifo.append(call)
         self._size += 1
 
+    def __iter__(self) -> Iterator[Call]:
+        """Every queued call, tenant by tenant."""
+        for fifo in list(self._tenants.values()):
+            yield from list(fifo)
+
     def heads(self) -> Iterator[Call]:
         """Each tenant's oldest call, in rotation order (the next tenant to serve first)."""
         for fifo in list(self._tenants.values()):

@@ -230,7 +230,7 @@ class Supervisor:
         for worker in self.workers.values():
             if self._count(WorkerState.ACTIVE) >= self._config.worker_count:
                 break
-            if worker.state is WorkerState.SPARE:
+            if worker.state is WorkerState.SPARE and self.alive(worker):
                 worker.state = WorkerState.ACTIVE
                 self._events.worker_ready(worker)
                 self.changes.notify()
@@ -255,6 +255,22 @@ class Supervisor:
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker.pid, signal.SIGKILL)
         return first
+
+    def alive(self, worker: WorkerProcess) -> bool:
+        """Not exited, even if its pidfd has not been served yet (a CALL sent to it would be lost).
+
+        A process found dead here is marked DEAD at once; its pidfd reaps it and settles its calls.
+        """
+        if worker.state is WorkerState.DEAD:
+            return False
+        try:
+            exited = os.waitid(os.P_PIDFD, worker.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            exited = None
+        if exited is None:
+            return True
+        worker.state = WorkerState.DEAD
+        return False
 
     def call_ended(self, worker: WorkerProcess) -> None:
         """The worker answered a call: count it (recycling), and stop it if it was draining and is idle."""

@@ -171,7 +171,7 @@ def test_a_host_value_without_wire_form_is_thrown_into_the_script() -> None:
 
 def test_a_result_forged_for_another_workers_call_is_dropped() -> None:
     async def scenario() -> None:
-        async with pool_with_fake(workers=2) as (pool, fake):
+        async with pool_with_fake(workers=2, region_pipeline=1) as (pool, fake):
             load = asyncio.ensure_future(pool.load(SCRIPT, name="s.rhai"))
             with contextlib.suppress(TimeoutError):  # the load may go to either worker
                 await fake.answer_load([["sleepy", 2], ["add", 2]])
@@ -179,13 +179,18 @@ def test_a_result_forged_for_another_workers_call_is_dropped() -> None:
             real = next(w for w in pool._supervisor.workers.values() if w is not fake.slot)
             held = pool._dispatcher.placements.get(real)
             assert held is not None
-            busy = asyncio.ensure_future(pool.call(handle, "sleepy", 0.3, "honest", timeout=5.0))
+            # one call per worker (pipeline 1): the fake never answers its own
+            calls = [
+                asyncio.ensure_future(pool.call(handle, "sleepy", 0.3, "honest", timeout=30)) for _ in "ab"
+            ]
             while not held.attempts:
                 await asyncio.sleep(0.005)
             for wire in list(held.attempts):
                 fake.send(Result(wire, "forged"))
                 fake.send(Error(wire, "ScriptError", "forged"))
-            assert await busy == "honest"
+            done, pending = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+            assert [task.result() for task in done] == ["honest"] and len(pending) == 1
+            pending.pop().cancel()
             assert pool.statistics().dropped_messages >= 2 and real.state.value == "active"
 
     run(scenario())
