@@ -136,10 +136,10 @@ def test_arguments_without_wire_form_fail_at_once_and_kill_no_worker() -> None:
                 ((1,), {"tenant": 5}),
             ]
             for args, options in bad * 2:
-                started = time.monotonic()
+                served = pool.workers()[0].calls
                 with pytest.raises(CallFailed, match="cannot be sent"):
                     await pool.call(handle, "echo", *args, **({"timeout": 5.0} | options))
-                assert time.monotonic() - started < 1.0
+                assert pool.workers()[0].calls == served  # refused before any worker saw it
             assert await pool.call(handle, "add", 1, 2) == 3  # not quarantined
             stats = pool.statistics()
             assert stats.exits == 0 and stats.quarantined == 0
@@ -241,7 +241,7 @@ def test_an_invalid_message_kills_the_liar_and_fails_only_its_call(frames: list[
             fake.send(frames)
             with pytest.raises(WorkerCrashed):
                 await calling
-            assert time.monotonic() - started < 1.0
+            assert time.monotonic() - started < 4.0  # at the violation, not at the 5 s deadline
             assert pool.statistics().protocol_errors == 1
             assert await pool.call(handle, "add", 2, 2) == 4  # a real replacement worker took over
 

@@ -53,9 +53,8 @@ def test_recycling_by_age_fails_nothing() -> None:
         config = PoolConfig(workers=1, spares=1, recycling=Recycling(max_age=0.3))
         async with Pool(config) as pool:
             handle = await pool.load(SCRIPT, name="s.rhai")
-            deadline = time.monotonic() + 2.5
             i = 0
-            while time.monotonic() < deadline:
+            while pool.statistics().exit_reasons.get("goodbye", 0) < 2:  # two recycles observed
                 assert await pool.call(handle, "add", i, 1) == i + 1
                 i += 1
                 await asyncio.sleep(0.005)
@@ -74,12 +73,13 @@ def test_a_quiet_tenant_is_served_while_another_floods() -> None:
                 for i in range(300)
             ]
             await asyncio.sleep(0.1)
-            started = time.monotonic()
+            before = sum(f.done() for f in flood)
             assert await pool.call(handle, "add", 1, 1, tenant="quiet") == 2
-            waited = time.monotonic() - started
+            overtaking = sum(f.done() for f in flood) - before
             remaining = sum(not f.done() for f in flood)
             assert remaining > 200, "the flood finished first: the test proves nothing"
-            assert waited < 0.5, f"quiet tenant waited {waited:.2f} s behind {remaining} flood calls"
+            # round robin: the quiet call waits for the flood call running, not for the flood's queue
+            assert overtaking <= 2, f"{overtaking} flood calls finished while the quiet tenant waited"
             await asyncio.gather(*flood)
 
     run(scenario())
