@@ -122,8 +122,18 @@ def test_the_checker_sees_imports_inside_functions(tmp_path: Path) -> None:
     assert list(imported_modules(module)) == ["coordinator.regions", "coordinator.regions.open_region"]
 
 
-def test_zmq_errors_are_caught_in_two_places_only() -> None:
-    allowed = {COORDINATOR / "_core" / "transport.py", ROOT / "worker" / "loop.py"}
+def test_core_never_imports_the_nodes() -> None:
+    """Nodes build on the core (``coordinator._core.fleet`` is their seam), never the other way."""
+    assert violations(COORDINATOR / "_core", ("coordinator.nodes",)) == []
+
+
+def test_zmq_errors_are_caught_in_three_places_only() -> None:
+    """The pool's ROUTER, the worker's DEALER, and the node link's sockets (``coordinator.nodes.wire``)."""
+    allowed = {
+        COORDINATOR / "_core" / "transport.py",
+        ROOT / "worker" / "loop.py",
+        COORDINATOR / "nodes" / "wire.py",
+    }
     for package in ("proto", "worker", "coordinator"):
         for path in sources(ROOT / package):
             if path not in allowed:

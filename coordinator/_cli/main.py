@@ -21,6 +21,7 @@ from coordinator._cli import providers as provider_cli
 from coordinator._cli import regions as region_cli
 from coordinator._cli import serve as serve_cli
 from coordinator._cli.keys import keys as keys_group
+from coordinator._cli.node import node as node_command
 from coordinator._cli.output import (
     CONTEXT_SETTINGS,
     EXIT_USAGE,
@@ -87,6 +88,7 @@ main.add_command(region_cli.test_command)
 for command in provider_cli.COMMANDS:
     main.add_command(command)
 main.add_command(keys_group)
+main.add_command(node_command)
 for command in serve_cli.COMMANDS:
     main.add_command(command)
 

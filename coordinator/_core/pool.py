@@ -36,6 +36,7 @@ from coordinator._core import outcomes
 from coordinator._core.calls import Call, CallResult, CallStream, HostHandler, Resident
 from coordinator._core.config import PoolConfig
 from coordinator._core.dispatcher import Dispatcher
+from coordinator._core.fleet import Fleet
 from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from coordinator._core.handles import ScriptHandle, sha256_of
 from coordinator._core.supervisor import Events, Supervisor
@@ -89,8 +90,10 @@ class PoolStatistics:
 class Pool:
     """Sandboxed Rhai workers behind one asyncio API.  Use as ``async with Pool(...) as pool``."""
 
-    def __init__(self, config: PoolConfig | None = None, **options: Any) -> None:
+    def __init__(self, config: PoolConfig | None = None, *, nodes: Fleet | None = None, **options: Any) -> None:
+        """``nodes``: other machines running workers too (``coordinator.nodes.NodeListener``)."""
         self.config = config if config is not None else PoolConfig(**options)
+        self._nodes = nodes
         self._ids = itertools.count(1)
         self._handles: dict[tuple[str, str], ScriptHandle] = {}
         self._tasks: asyncio.TaskGroup | None = None
@@ -109,6 +112,8 @@ class Pool:
         self._ticker = self._tasks.create_task(self._tick_forever())
         self._supervisor.rebalance()
         try:
+            if self._nodes is not None:
+                await self._nodes.start(self._router, self._supervisor, self.config)
             await self.wait_ready(self.config.deadlines.spawn)
         except BaseException:
             await self.__aexit__(None, None, None)
@@ -304,6 +309,8 @@ class Pool:
         await dispatcher.settled.wait_until(lambda: not dispatcher.inflight, grace)
         self._dispatcher.close(lambda: Cancelled("the pool was closed before the call finished"))
         await self._supervisor.aclose()
+        if self._nodes is not None:
+            await self._nodes.aclose()
         self._ticker.cancel()
         tasks, self._tasks = self._tasks, None
         with contextlib.suppress(asyncio.CancelledError):

@@ -33,7 +33,7 @@ import psutil
 
 from coordinator._core.config import PoolConfig
 from coordinator._core.waiting import Changes
-from coordinator._core.workers import WorkerProcess, WorkerState, describe_exit
+from coordinator._core.workers import RemoteProcess, WorkerProcess, WorkerState, describe_exit
 from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, KillReason, Ready
 
 __all__ = ["Events", "Supervisor"]
@@ -159,6 +159,10 @@ class Supervisor:
                 self._on_stderr(worker)  # read what is left, then close
             self._loop.remove_reader(worker.process.stderr.fileno())
             worker.process.stderr.close()
+        self.exited(worker, returncode)
+
+    def exited(self, worker: WorkerProcess, returncode: int | None) -> None:
+        """``worker`` is reaped (here by its pidfd, or by the node that ran it): settle it, replace it."""
         self.workers.pop(worker.identity, None)
         was_ready = worker.ready_at > 0
         worker.state = WorkerState.DEAD
@@ -166,7 +170,7 @@ class Supervisor:
         self.exits += 1
         key = worker.kill_reason.value if worker.kill_reason else ("goodbye" if worker.goodbye else "crash")
         self.exit_reasons[key] = self.exit_reasons.get(key, 0) + 1
-        if not was_ready and not self.closing:
+        if not was_ready and not self.closing and worker.remote is None:  # a node paces its own
             self.spawn_failures += 1
             self._failing_since += 1
             self._next_spawn = time.monotonic() + min(5.0, 0.05 * 2**self._failing_since)
@@ -189,6 +193,25 @@ class Supervisor:
         if lines and not worker.goodbye:
             text += f"; stderr: {(telling or lines)[-1][:200]}"
         return text
+
+    def adopt(self, identity: bytes, process: RemoteProcess) -> WorkerProcess:
+        """A node started a worker for this pool: supervise it like a local one until its node reports its exit.
+
+        Remote workers are not counted in ``workers``/``spares`` (their node keeps its own number
+        running) and are promoted to ACTIVE as soon as they are READY.
+        """
+        now = time.monotonic()
+        worker = WorkerProcess(identity.hex()[:8], identity, process, now, last_seen=now)
+        self.workers[identity] = worker
+        self.spawned += 1
+        return worker
+
+    def drain(self, worker: WorkerProcess) -> None:
+        """Place nothing new on ``worker``; SHUTDOWN it once it holds no call (its node is leaving)."""
+        if worker.state in (WorkerState.STARTING, WorkerState.SPARE, WorkerState.ACTIVE):
+            worker.state = WorkerState.DRAINING
+            self.changes.notify()
+            self.drained(worker)
 
     # -- messages, READY and sizing -------------------------------------------
     def heard(self, identity: bytes) -> WorkerProcess | None:
@@ -221,19 +244,21 @@ class Supervisor:
         return True
 
     def _count(self, *states: WorkerState) -> int:
-        return sum(1 for w in self.workers.values() if w.state in states)
+        """Local workers in ``states`` (the pool sizes only its own processes)."""
+        return sum(1 for w in self.workers.values() if w.state in states and w.remote is None)
 
     def rebalance(self) -> None:
         """Promote spares to fill ACTIVE slots, then start processes until spares are warm again."""
         if self.closing:
             return
         for worker in self.workers.values():
-            if self._count(WorkerState.ACTIVE) >= self._config.worker_count:
-                break
-            if worker.state is WorkerState.SPARE and self.alive(worker):
-                worker.state = WorkerState.ACTIVE
-                self._events.worker_ready(worker)
-                self.changes.notify()
+            if worker.state is not WorkerState.SPARE or not self.alive(worker):
+                continue
+            if worker.remote is None and self._count(WorkerState.ACTIVE) >= self._config.worker_count:
+                continue  # remote workers are not counted: their node keeps its own number running
+            worker.state = WorkerState.ACTIVE
+            self._events.worker_ready(worker)
+            self.changes.notify()
         wanted = self._config.worker_count + self._config.spares
         have = self._count(WorkerState.ACTIVE, WorkerState.SPARE, WorkerState.STARTING)
         if have < wanted and time.monotonic() >= self._next_spawn:
@@ -252,6 +277,9 @@ class Supervisor:
         first = not worker.kill_reason
         if first:
             worker.kill_reason = reason
+        if worker.remote is not None:
+            worker.remote.kill()
+            return first
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker.pid, signal.SIGKILL)
         return first
@@ -263,6 +291,8 @@ class Supervisor:
         """
         if worker.state is WorkerState.DEAD:
             return False
+        if worker.remote is not None:
+            return True  # its node reports the exit
         try:
             exited = os.waitid(os.P_PIDFD, worker.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
@@ -280,6 +310,8 @@ class Supervisor:
 
     def is_stopped(self, worker: WorkerProcess) -> bool:
         """A SIGSTOPped worker is frozen by someone else: its calls did not cause their deadline."""
+        if worker.remote is not None:
+            return False
         try:
             return bool(psutil.Process(worker.pid).status() == psutil.STATUS_STOPPED)
         except psutil.Error:
@@ -298,7 +330,7 @@ class Supervisor:
                 self.kill(worker, KillReason.SHUTDOWN_GRACE_EXPIRED)
             elif now - worker.last_seen > silent_limit and not self._events.busy(worker):
                 self.kill(worker, KillReason.HEARTBEAT_LOST)
-            if worker.state is WorkerState.ACTIVE and (
+            if worker.state is WorkerState.ACTIVE and worker.remote is None and (
                 worker.calls >= recycling.max_calls
                 or now - worker.ready_at >= recycling.max_age
                 or (worker.rss_base and worker.rss - worker.rss_base > recycling.max_rss_growth)
@@ -311,7 +343,8 @@ class Supervisor:
         limit = self._config.limits.watchdog_rss_bytes
         for worker in list(self.workers.values()):
             try:
-                worker.rss = psutil.Process(worker.pid).memory_info().rss
+                remote = worker.remote
+                worker.rss = remote.rss if remote is not None else psutil.Process(worker.pid).memory_info().rss
             except psutil.Error:
                 continue
             if worker.calls and not worker.rss_base:
@@ -348,5 +381,8 @@ class Supervisor:
             self.kill(worker, KillReason.POOL_CLOSED)
         await self.changes.wait_until(lambda: not self.workers, 5.0)
         for worker in list(self.workers.values()):  # pidfd never fired (should not happen): reap by hand
+            if worker.remote is not None:
+                self.exited(worker, None)  # its node is gone or silent: nobody else will report it
+                continue
             worker.process.wait(timeout=1.0)
             self._on_exit(worker)

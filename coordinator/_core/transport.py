@@ -28,6 +28,7 @@ _POLLIN: Final = int(zmq.POLLIN)  # plain ints: ``int & zmq.POLLIN`` goes throug
 _SEND: Final = int(zmq.NOBLOCK)
 _SEND_MORE: Final = int(zmq.NOBLOCK | zmq.SNDMORE)
 Handler = Callable[[bytes, Any], None]
+Relay = Callable[[bytes, list[bytes]], bool]
 
 
 class Router:
@@ -47,6 +48,8 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self.received = self.sent = self.undeliverable = 0
+        self.relays: dict[bytes, Relay] = {}
+        """Workers another machine runs: their frames go to their node's link (``coordinator.nodes``)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -64,6 +67,9 @@ class Router:
         return self.send_frames(identity, encode(message))
 
     def send_frames(self, identity: bytes, frames: list[bytes]) -> bool:
+        relay = self.relays.get(identity)
+        if relay is not None:
+            return relay(identity, frames)
         sock = self._sock
         try:  # frame by frame, as send_multipart does, without its per-call Python checks
             sock.send(identity, _SEND_MORE)
@@ -104,6 +110,11 @@ class Router:
             self.received += 1
             self._deliver(frames)
         self._schedule()  # more may be waiting: yield to the loop, then continue
+
+    def deliver(self, identity: bytes, frames: list[bytes]) -> None:
+        """Frames of a relayed worker (a node's link received them): decoded and handled as if local."""
+        self.received += 1
+        self._deliver([identity, *frames])
 
     def _deliver(self, frames: list[bytes]) -> None:
         identity, rest = frames[0], frames[1:]

@@ -21,14 +21,14 @@ import signal
 import subprocess
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from proto import KillReason
 
 if TYPE_CHECKING:
     from coordinator._core.calls import Attempt
 
-__all__ = ["Placement", "WorkerProcess", "WorkerState", "describe_exit"]
+__all__ = ["Placement", "RemoteProcess", "WorkerProcess", "WorkerState", "describe_exit"]
 
 
 class WorkerState(enum.Enum):
@@ -39,13 +39,32 @@ class WorkerState(enum.Enum):
     DEAD = "dead"
 
 
+class RemoteProcess(Protocol):
+    """A worker process another machine runs (``coordinator.nodes``): the seam of the supervisor.
+
+    The node spawned it, reaps it and reports its exit (``returncode`` set, then
+    ``Supervisor.exited``) and its memory (``rss``); ``kill`` asks the node to SIGKILL it.
+    A local worker is a ``subprocess.Popen`` watched through its pidfd instead.
+    """
+
+    node: str
+    pid: int
+    returncode: int | None
+    stderr: IO[bytes] | None
+    rss: int
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int | None: ...
+
+
 @dataclass(eq=False)
 class WorkerProcess:
     """One worker process as the supervisor sees it: lifecycle, liveness, memory, why it exited."""
 
     id: str
     identity: bytes
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | RemoteProcess
     started: float
     state: WorkerState = WorkerState.STARTING
     ready_at: float = 0.0
@@ -69,6 +88,11 @@ class WorkerProcess:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    @property
+    def remote(self) -> RemoteProcess | None:
+        """The node's handle when another machine runs this worker, else ``None``."""
+        return None if isinstance(self.process, subprocess.Popen) else self.process
 
 
 @dataclass(eq=False)

@@ -1,0 +1,69 @@
+"""``rhaipool node --join tcp://HOST:PORT``: run sandboxed workers for a coordinator on this machine.
+
+The work is in :mod:`coordinator.nodes.node`; this module parses arguments, checks the key files and
+the endpoint before joining (exit 2 with one line on a mistake), and turns SIGTERM/SIGINT into a drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+import click
+
+from coordinator._cli.output import EXIT_USAGE, fail
+from coordinator.nodes.auth import curve_client
+from coordinator.nodes.config import parse_tcp_endpoint
+from coordinator.nodes.errors import KeyFileError, NodesConfigError
+from coordinator.nodes.node import Node, NodeSettings
+
+__all__ = ["node"]
+
+_FILE = click.Path(dir_okay=False, path_type=Path)
+
+
+def _check_keys(secret_key: Path, server_key: Path) -> None:
+    """Fail now, not at every reconnection: ``curve_client`` reads both files the way a session will."""
+    import zmq
+
+    context = zmq.Context()
+    try:
+        with context.socket(zmq.DEALER) as probe:
+            curve_client(probe, secret_key, server_key)
+    finally:
+        context.term()
+
+
+@click.command("node")
+@click.option(
+    "--join", "join", required=True, metavar="tcp://HOST:PORT", help="The coordinator's [nodes] listen."
+)
+@click.option(
+    "--secret-key", required=True, type=_FILE, help="This node's .key_secret (rhaipool keys generate)."
+)
+@click.option(
+    "--server-key", required=True, type=_FILE, help="The coordinator's public .key: no other is trusted."
+)
+@click.option(
+    "--workers", type=click.IntRange(1, 4096), default=None, help="Workers to run [default: one per CPU]."
+)
+@click.option("--name", default=None, help="How the coordinator names this node [default: the host name].")
+def node(join: str, secret_key: Path, server_key: Path, workers: int | None, name: str | None) -> None:
+    """Join a coordinator over CurveZMQ and run sandboxed workers for it; SIGTERM drains, then leaves."""
+    try:
+        parse_tcp_endpoint(join, "--join")
+        _check_keys(secret_key, server_key)
+    except (NodesConfigError, KeyFileError) as exc:
+        fail(str(exc), False, EXIT_USAGE, type(exc).__name__)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
+    settings = NodeSettings(
+        join=join, secret_key=secret_key, server_key=server_key,
+        workers=workers or max(1, len(os.sched_getaffinity(0))), name=name or socket.gethostname(),
+    )  # fmt: skip
+    runner = Node(settings)
+    signal.signal(signal.SIGTERM, runner.stop)
+    signal.signal(signal.SIGINT, runner.stop)
+    raise SystemExit(runner.run())

@@ -1,0 +1,362 @@
+"""``NodeListener``: the coordinator's end of the node link — a CurveZMQ ROUTER that nodes join.
+
+    node DEALER ══TCP+CURVE══▶ NodeListener ──HELLO/SPAWNED/EXITED/BEAT/DRAIN──▶ Supervisor.adopt/exited/drain
+          ▲                          │  └──[worker id, RHP frame]──▶ Router.deliver ──▶ the pool's inbox
+          └────[worker id, RHP frame]┘◀── Router.relays[worker id] ◀── the dispatcher's sends
+
+A node's workers become the pool's workers: the supervisor holds a process record for each (its
+``process`` a :class:`RemoteWorker`), the dispatcher places calls on them as on local ones, and
+every RHP frame is decoded and checked here exactly as a local worker's.  Liveness: both sides send
+a BEAT every ``heartbeat`` seconds; a node silent for ``liveness`` seconds is expired — each of its
+workers is reported dead (``KillReason.UNREACHABLE``, no call blamed), so the dispatcher re-runs
+what the delivery rules allow.  A session is one connection's routing id; frames from an expired or
+unknown session get RESET, and the node starts over with fresh workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final, cast
+
+import zmq
+import zmq.asyncio
+
+from coordinator._core.config import PoolConfig
+from coordinator._core.supervisor import Supervisor
+from coordinator._core.transport import Router
+from coordinator.nodes import wire
+from coordinator.nodes.auth import curve_authenticator, curve_server
+from coordinator.nodes.config import NodesConfig
+from proto import MAX_BODY_BYTES, SUPPORTED_VERSIONS, KillReason, ProtocolError
+from proto.nodes import (
+    Bye,
+    Drain,
+    Hello,
+    KillWorker,
+    NodeBeat,
+    NodeMessage,
+    Reset,
+    Spawned,
+    Welcome,
+    WorkerExited,
+    decode_node,
+    encode_node,
+)
+
+__all__ = [
+    "DEFAULT_NODE_HEARTBEAT",
+    "DEFAULT_NODE_LIVENESS",
+    "LinkSettings",
+    "NodeInfo",
+    "NodeListener",
+    "RemoteWorker",
+]
+
+log = logging.getLogger("coordinator.nodes")
+
+DEFAULT_NODE_HEARTBEAT: Final = 0.5
+DEFAULT_NODE_LIVENESS: Final = 2.5
+"""Seconds of silence before a node is expired: with the 0.1 s check, within 3 s (issue 15)."""
+_CHECK: Final = 0.1
+_EXPIRED_REMEMBERED: Final = 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSettings:
+    heartbeat: float = DEFAULT_NODE_HEARTBEAT
+    liveness: float = DEFAULT_NODE_LIVENESS
+
+
+@dataclass(eq=False)
+class RemoteWorker:
+    """A node's worker process as the supervisor sees it (``coordinator._core.workers.RemoteProcess``)."""
+
+    node: str
+    pid: int
+    link: NodeListener
+    identity: bytes
+    returncode: int | None = None
+    stderr: IO[bytes] | None = None
+    rss: int = 0
+
+    def kill(self) -> None:
+        self.link.kill(self.identity)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
+
+
+@dataclass(eq=False)
+class _Node:
+    session: bytes
+    name: str
+    capacity: int
+    pid: int
+    last_heard: float
+    last_sent: float = 0.0
+    workers: dict[bytes, RemoteWorker] = field(default_factory=dict)
+    draining: bool = False
+    relayed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One joined node, for tests, status and metrics."""
+
+    name: str
+    capacity: int
+    workers: int
+    draining: bool
+    relayed: int
+    """RHP frames received from its workers."""
+
+
+class NodeListener:
+    """Lets nodes join a pool: pass it as ``Pool(config, nodes=NodeListener(...))``."""
+
+    def __init__(
+        self, listen: str, secret_key: Path, authorized_keys: Path, settings: LinkSettings | None = None
+    ) -> None:
+        self.listen, self._secret_key, self._authorized_keys = listen, secret_key, authorized_keys
+        self.settings = settings or LinkSettings()
+        self.endpoint = ""
+        """The bound endpoint (``tcp://127.0.0.1:*`` gives the port chosen)."""
+        self._nodes: dict[bytes, _Node] = {}
+        self._owner: dict[bytes, _Node] = {}
+        self._expired: dict[bytes, str] = {}
+        self.worker_nodes: dict[str, str] = {}
+        """Every worker id ever adopted → the name of the node that ran it."""
+        self.joined = self.expired = self.refused_frames = 0
+        self._stack = contextlib.ExitStack()
+        self._sock: zmq.Socket[bytes] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_config(cls, config: NodesConfig, settings: LinkSettings | None = None) -> NodeListener:
+        return cls(config.listen, config.secret_key, config.authorized_keys, settings)
+
+    # -- Fleet ---------------------------------------------------------------
+    async def start(self, router: Router, supervisor: Supervisor, config: PoolConfig) -> None:
+        self._router, self._supervisor = router, supervisor
+        self._worker_args = _worker_args(config)
+        self._loop = asyncio.get_running_loop()
+        context = zmq.asyncio.Context()
+        self._stack.callback(context.term)
+        authenticator = self._stack.enter_context(curve_authenticator(context, self._authorized_keys))
+        asock = context.socket(zmq.ROUTER)
+        self._stack.callback(asock.close, 0)
+        curve_server(cast("zmq.Socket[bytes]", asock), self._secret_key, authenticator)
+        for option, value in (
+            (zmq.ROUTER_MANDATORY, 1),
+            (zmq.ROUTER_HANDOVER, 1),
+            (zmq.LINGER, 0),
+            (zmq.SNDHWM, 0),
+            (zmq.RCVHWM, 0),
+            (zmq.MAXMSGSIZE, MAX_BODY_BYTES + 4096),
+        ):
+            asock.setsockopt(option, value)
+        asock.bind(self.listen)
+        self.endpoint = str(asock.getsockopt_string(zmq.LAST_ENDPOINT))
+        self._sock = zmq.Socket.shadow(asock.underlying)
+        self._loop.add_reader(self._sock.FD, self._on_readable)
+        self._stack.callback(self._loop.remove_reader, self._sock.FD)
+        self._ticker = asyncio.create_task(self._tick_forever())
+        self._loop.call_soon(self._on_readable)
+        log.info("nodes may join at %s", self.endpoint)
+
+    async def aclose(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        for node in list(self._nodes.values()):
+            self._send(node, Reset("the coordinator is closing"))
+            self._expire(node, "left: the coordinator closed")
+        self._stack.close()
+        self._sock = None
+
+    # -- introspection -------------------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        return [
+            NodeInfo(n.name, n.capacity, len(n.workers), n.draining, n.relayed) for n in self._nodes.values()
+        ]
+
+    # -- sending -------------------------------------------------------------
+    def _send(self, node: _Node, message: NodeMessage) -> bool:
+        node.last_sent = time.monotonic()
+        return self._sock is not None and wire.send(self._sock, [node.session, encode_node(message)])
+
+    def _reset(self, session: bytes, why: str) -> None:
+        if self._sock is not None:
+            wire.send(self._sock, [session, encode_node(Reset(why))])
+
+    def _relay(self, identity: bytes, frames: list[bytes]) -> bool:
+        """``Router.relays`` hook: an RHP frame for a node's worker."""
+        node = self._owner.get(identity)
+        if node is None or self._sock is None:
+            return False
+        return wire.send(self._sock, [node.session, identity, *frames])
+
+    def kill(self, identity: bytes) -> None:
+        node = self._owner.get(identity)
+        if node is not None:
+            self._send(node, KillWorker(identity))
+
+    # -- receiving -----------------------------------------------------------
+    def _on_readable(self) -> None:
+        if self._sock is None:
+            return
+        batch = wire.receive(self._sock)
+        for frames in batch:
+            try:
+                self._on_frames(frames)
+            except Exception:  # ours; still, nothing may escape into the event loop
+                log.exception("node link message handling failed")
+        if len(batch) == wire.MAX_BATCH or wire.pending(self._sock):
+            self._loop.call_soon(self._on_readable)
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        session, rest = frames[0], frames[1:]
+        node = self._nodes.get(session)
+        if len(rest) == 2:
+            identity = rest[0]
+            if node is not None and self._owner.get(identity) is node:
+                node.last_heard = time.monotonic()
+                node.relayed += 1
+                self._router.deliver(identity, rest[1:])
+            else:
+                self.refused_frames += 1
+                if node is None:
+                    self._reset(session, self._expired.get(session, "unknown session"))
+            return
+        try:
+            message = decode_node(rest)
+        except ProtocolError as exc:
+            self.refused_frames += 1
+            log.warning("node %s sent a bad node message: %s", node.name if node else session.hex(), exc)
+            return
+        if node is None:
+            self._unknown_session(session, message)
+        else:
+            node.last_heard = time.monotonic()
+            self._on_message(node, message)
+
+    def _unknown_session(self, session: bytes, message: Any) -> None:
+        if not isinstance(message, Hello):
+            self._reset(session, self._expired.get(session, "unknown session"))
+            return
+        if not SUPPORTED_VERSIONS.intersection(message.versions):
+            self._reset(session, "no common protocol version")
+            return
+        node = _Node(session, message.name, message.workers, message.pid, time.monotonic())
+        self._nodes[session] = node
+        self.joined += 1
+        settings = self.settings
+        self._send(node, Welcome(settings.heartbeat, settings.liveness, dict(self._worker_args)))
+        log.info("node %s joined with %d workers", node.name, node.capacity)
+
+    def _on_message(self, node: _Node, message: Any) -> None:
+        if isinstance(message, Spawned):
+            self._adopt(node, message)
+        elif isinstance(message, WorkerExited):
+            self._worker_exited(node, message)
+        elif isinstance(message, NodeBeat):
+            for identity, rss in message.rss.items():
+                if identity in node.workers:
+                    node.workers[identity].rss = rss
+        elif isinstance(message, Drain):
+            node.draining = True
+            log.info("node %s drains: %s", node.name, message.reason)
+            for identity in list(node.workers):
+                process = self._supervisor.workers.get(identity)
+                if process is not None:
+                    self._supervisor.drain(process)
+        elif isinstance(message, Bye):
+            self._expire(node, f"left ({message.reason})")
+        elif isinstance(message, Hello):  # a second HELLO: the node started over on this session
+            self._expire(node, "started over")
+            self._unknown_session(node.session, message)
+
+    def _adopt(self, node: _Node, message: Spawned) -> None:
+        identity = message.worker
+        if identity in self._supervisor.workers or len(node.workers) >= node.capacity + node.capacity:
+            self._send(node, KillWorker(identity))  # a clash or a runaway node: not ours
+            return
+        remote = RemoteWorker(node.name, message.pid, self, identity)
+        node.workers[identity] = remote
+        self._owner[identity] = node
+        self._router.relays[identity] = self._relay
+        process = self._supervisor.adopt(identity, remote)
+        self.worker_nodes[process.id] = node.name
+        if node.draining:
+            self._supervisor.drain(process)
+
+    def _worker_exited(self, node: _Node, message: WorkerExited) -> None:
+        remote = node.workers.pop(message.worker, None)
+        if remote is None:
+            return
+        self._forget(message.worker)
+        remote.returncode = message.returncode
+        process = self._supervisor.workers.get(message.worker)
+        if process is not None:
+            process.stderr_tail += message.stderr.encode("utf-8", "replace")
+            self._supervisor.exited(process, message.returncode)
+
+    def _forget(self, identity: bytes) -> None:
+        self._owner.pop(identity, None)
+        self._router.relays.pop(identity, None)
+
+    def _expire(self, node: _Node, why: str) -> None:
+        """The node is gone: each of its workers is dead to the pool (its calls settle by the delivery rules)."""
+        if self._nodes.pop(node.session, None) is None:
+            return
+        self.expired += 1
+        if len(self._expired) >= _EXPIRED_REMEMBERED:
+            self._expired.clear()
+        self._expired[node.session] = f"session expired: {why}"
+        log.warning("node %s %s; %d workers lost", node.name, why, len(node.workers))
+        for identity in list(node.workers):
+            node.workers.pop(identity)
+            self._forget(identity)
+            process = self._supervisor.workers.get(identity)
+            if process is None:
+                continue
+            process.kill_reason = process.kill_reason or KillReason.UNREACHABLE
+            process.stderr_tail += f"\nnode {node.name} {why}".encode()
+            self._supervisor.exited(process, None)
+
+    # -- liveness ------------------------------------------------------------
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(min(_CHECK, self.settings.heartbeat / 2))
+            try:
+                self._tick(time.monotonic())
+            except Exception:  # never let a bookkeeping bug end the node link's heartbeat
+                log.exception("node link tick failed")
+
+    def _tick(self, now: float) -> None:
+        settings = self.settings
+        for node in list(self._nodes.values()):
+            if now - node.last_heard > settings.liveness:
+                self._expire(node, f"silent for {now - node.last_heard:.1f} s")
+            elif now - node.last_sent >= settings.heartbeat:
+                self._send(node, NodeBeat())
+
+
+def _worker_args(config: PoolConfig) -> dict[str, int | float]:
+    """The command-line limits of every worker, the same on a node as here."""
+    limits = config.limits
+    return {
+        "memory-bytes": limits.memory_bytes,
+        "cpu-seconds": limits.cpu_seconds,
+        "open-files": limits.open_files,
+        "file-size": limits.file_size,
+        "heartbeat": config.deadlines.heartbeat,
+        "capacity": config.provider_capacity,
+    }
