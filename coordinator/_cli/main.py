@@ -30,7 +30,7 @@ from coordinator._cli.output import (
     fail,
 )
 from coordinator._cli.remote import SERVER_HELP, remote_doctor, remote_validate
-from coordinator._cli.validate import infer_kind, validate_config
+from coordinator._cli.validate import infer_kind, validate_config, validate_provider_with_config
 from coordinator.bench.pool import bench as pool_bench
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
@@ -54,7 +54,8 @@ def main() -> None:
     "--config",
     "config_path",
     type=click.Path(path_type=Path),
-    help="Config file (TOML): without PATH, check the whole file and every provider script it names.",
+    help="Config file (TOML): with a provider PATH, check its table and run initialize with it; "
+    "without PATH, check the whole file and every provider script it names.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (see the CLI reference).")
 @click.option("--server", default=None, help=SERVER_HELP)
@@ -79,6 +80,8 @@ def validate(
     kind = kind or infer_kind(path)
     if server:
         sys.exit(remote_validate(path, kind, as_json, server))
+    if kind == "provider" and config_path is not None:
+        sys.exit(validate_provider_with_config(path, config_path, as_json))
     if kind == "region":
         sys.exit(region_cli.run_validate(path, as_json))
     sys.exit(asyncio.run(provider_cli.run_validate(path, as_json)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,9 @@ from typing import Any
 import click
 
 from coordinator._cli.config_check import check_config_file
-from coordinator._cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
+from coordinator._cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, verbosity
 
-__all__ = ["infer_kind", "validate_config"]
+__all__ = ["infer_kind", "validate_config", "validate_provider_with_config"]
 
 _INFERENCE = re.compile(r"^\s*(?:private\s+)?fn\s+inference\s*\(", re.MULTILINE)
 
@@ -66,4 +67,91 @@ def validate_config(path: Path, as_json: bool) -> int:
     else:
         for problem in problems:
             click.echo(click.style(f"error: {problem}", fg="red"), err=True)
+    return EXIT_OK if valid else EXIT_FAILED
+
+
+def _table_name(config: Any, path: Path) -> str:
+    """The provider ``path`` is in ``config``: the table whose script resolves to it, else its stem."""
+    from coordinator.providers.config import resolve_script
+
+    target = path.resolve()
+    for name, table in config.providers:
+        found = resolve_script(config.providers_dir, name, table.script)
+        if found is not None and found.resolve() == target:
+            return str(name)
+    return path.stem
+
+
+def _about(problem: str, name: str) -> bool:
+    """A config problem that concerns provider ``name`` (its table) or the file as a whole."""
+    return f"[model_providers.{name}" in problem or "[model_providers." not in problem
+
+
+async def _initialize_with_table(config: Any, name: str, path: Path) -> dict[str, Any] | None:
+    """Load ``path`` as provider ``name`` with the config's table (``initialize`` runs); the error or None."""
+    from dataclasses import replace
+
+    from coordinator._cli.provider_present import script_place
+    from coordinator.providers.config import ProviderTable
+    from coordinator.providers.loader import ProviderLoadError
+    from coordinator.providers.session import open_runtime
+
+    table = config.table(name) or ProviderTable(name=name)
+    tables = dict(config.providers)
+    tables[name] = replace(table, script=str(path.resolve()))
+    loader_log = logging.getLogger("coordinator.providers.loader")
+    level = loader_log.level
+    if verbosity() <= 0:
+        loader_log.setLevel(logging.ERROR)  # the error below says it once
+    async with open_runtime(replace(config, providers=tuple(tables.items()))) as runtime:
+        try:
+            await runtime.get(name)
+        except ProviderLoadError as exc:
+            place = {k: v for k, v in script_place(exc).items() if k != "file"}
+            message = str(exc).removeprefix(f"compile provider script {name}: ").removeprefix(f"{name}: ")
+            return {"class": "ProviderLoadError", "message": message, "file": str(path), **place}
+        finally:
+            loader_log.setLevel(level)
+    return None
+
+
+async def _check_with_table(path: Path, config: Any, name: str) -> dict[str, Any]:
+    from coordinator._cli.providers import check_provider_script
+    from coordinator.providers.session import open_runtime
+
+    async with open_runtime(config) as runtime:
+        doc = await check_provider_script(path, runtime.executor.pool)
+    if doc["valid"]:
+        doc["error"] = await _initialize_with_table(config, name, path)
+        doc["valid"] = doc["error"] is None
+    return doc
+
+
+def validate_provider_with_config(path: Path, config_path: Path, as_json: bool) -> int:
+    """``validate PATH --kind provider --config FILE``: the script, its table, and ``initialize`` with it."""
+    from coordinator._cli.providers import validation_text
+
+    if not config_path.is_file():
+        fail(f"cannot read config {config_path}: no such file", as_json, EXIT_USAGE, "ProviderConfigError")
+    config, problems = check_config_file(config_path)
+    if config is None:
+        fail(problems[-1], as_json, EXIT_USAGE, "ProviderConfigError", config=str(config_path))
+    name = _table_name(config, path)
+    problems = [p for p in problems if _about(p, name)]
+    doc = asyncio.run(_check_with_table(path, config, name))
+    doc.update(provider=name, config=str(config_path), problems=problems)
+    valid = doc["valid"] and not problems
+    if doc["valid"] and problems:
+        doc["error"] = {"class": "InvalidConfig", "message": problems[0], "count": len(problems)}
+    doc["valid"] = valid
+    if as_json:
+        click.echo(json.dumps(doc, ensure_ascii=False))
+        return EXIT_OK if valid else EXIT_FAILED
+    for problem in problems:
+        click.echo(click.style(f"error: {problem}", fg="red"), err=True)
+    if doc["error"] is not None and doc["error"]["class"] != "InvalidConfig":
+        click.echo(click.style(validation_text(doc, path), fg="red"), err=True)
+    elif valid:
+        table = f"[model_providers.{name}]" if config.table(name) else f"no [model_providers.{name}] table"
+        click.echo(f"{validation_text(doc, path)}; initialize ran with {table} of {config_path}")
     return EXIT_OK if valid else EXIT_FAILED
