@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 from typing import Any
 
 MARKER = "<!-- pool-options -->"
@@ -50,11 +51,11 @@ def _attribute_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, after in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
-                text = " ".join(str(after.value.value).split())
-                docs[node.target.id] = text.replace("``", "`")
+    for node, after in itertools.pairwise(body):
+        named = isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+        if named and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+            text = " ".join(str(after.value.value).split())
+            docs[node.target.id] = text.replace("``", "`")
     return docs
 
 
@@ -65,7 +66,7 @@ def _default(field: dataclasses.Field[Any]) -> str:
             return f"`{value}` ({_bytes(value)})"
         return f"`{value!r}`"
     if field.default_factory is not dataclasses.MISSING:  # a nested options class
-        return f"`{field.default_factory.__name__}()`"
+        return f"`{getattr(field.default_factory, '__name__', '')}()`"
     return "required"
 
 

@@ -33,6 +33,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
         timeout=110,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return out
