@@ -125,9 +125,9 @@ def error_from_dict(data: dict[str, Any]) -> ProviderError:
 
 
 def value_text(value: Any) -> str:
-    """How Rhai would print a thrown non-map value."""
+    """How Rhai would print a thrown non-map value (``()`` prints as nothing, as in the reference)."""
     if value is None:
-        return "()"
+        return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -54,7 +54,6 @@ DELIBERATE = {
     "fail_blob": "parts, and blobs in them",
 }
 OPEN = {
-    "throw_null": "a thrown () reads as '()' (the reference: empty text)",
     "echo_usage_huge": "an integer beyond i64 in a request fails to convert (the reference: a float)",
     "echo_tool_calls_float_args": "to_json writes 1e21 where the reference writes 1e+21",
 }

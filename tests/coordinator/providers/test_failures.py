@@ -89,7 +89,7 @@ def test_api_capacity_texts_use_capacity_schedule() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "text"), [("oops", "oops"), (42, "42"), (None, "()"), (True, "true"), ([1, 2], "[1, 2]")]
+    ("value", "text"), [("oops", "oops"), (42, "42"), (None, ""), (True, "true"), ([1, 2], "[1, 2]")]
 )
 def test_pb12_plain_throw_is_other(value: object, text: str) -> None:
     err = classify_thrown(value)
