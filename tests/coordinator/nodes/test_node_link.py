@@ -1,0 +1,142 @@
+"""Nodes joining a pool over CurveZMQ on 127.0.0.1: calls on both, expiry and rerouting, drain, refusal.
+
+Every node is the real ``rhaipool node`` command with real sandboxed workers; the coordinator is a
+``Pool`` with ``workers=0`` (every call runs on nodes) and a ``NodeListener``.  The network-boundary
+versions (namespaces, partitions, packet capture) are in ``tests/netns``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+
+from node_cluster import Keys, NodeProcess, active_by_node, make_keys, wait_for
+
+from coordinator import Pool, PoolConfig
+from coordinator.nodes.keys import revoke
+from coordinator.nodes.link import LinkSettings, NodeListener
+
+HOOK = "fn f(x) { x + 1 }"
+SLOW = "fn slow(s, v) { sleep(s); v }"
+JOIN_TIMEOUT = 30.0
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> Keys:
+    return make_keys(tmp_path / "keys", strangers=("stranger",))
+
+
+@asynccontextmanager
+async def cluster(
+    keys: Keys, names: tuple[str, ...] = ("n1", "n2"), workers: int = 2, **config: Any
+) -> AsyncIterator[tuple[Pool, NodeListener, dict[str, NodeProcess]]]:
+    listener = NodeListener("tcp://127.0.0.1:*", keys.coordinator_secret, keys.authorized, LinkSettings())
+    nodes: dict[str, NodeProcess] = {}
+    async with Pool(PoolConfig(workers=0, spares=0, **config), nodes=listener) as pool:
+        try:
+            for name in names:
+                nodes[name] = NodeProcess(listener.endpoint, keys, name, workers)
+            expected = {name: workers for name in names}
+            await wait_for(
+                lambda: active_by_node(pool, listener) == expected, JOIN_TIMEOUT, f"{expected} ACTIVE"
+            )
+            yield pool, listener, nodes
+        finally:
+            for node in nodes.values():
+                node.close()
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(scenario())  # type: ignore[arg-type]
+
+
+def test_calls_are_served_by_both_nodes(keys: Keys) -> None:
+    async def scenario() -> None:
+        async with cluster(keys) as (pool, listener, _nodes):
+            handle = await pool.load(HOOK)
+            results = await asyncio.gather(*(pool.call_detailed(handle, "f", i) for i in range(200)))
+            assert [r.value for r in results] == [i + 1 for i in range(200)]
+            served = {listener.worker_nodes[r.worker_id] for r in results}
+            assert served == {"n1", "n2"}
+            assert {n.name: n.workers for n in listener.nodes()} == {"n1": 2, "n2": 2}
+
+    run(scenario)
+
+
+def holds_calls(pool: Pool, listener: NodeListener, node: str) -> Callable[[], bool]:
+    return lambda: any(listener.worker_nodes.get(w.id) == node and w.inflight for w in pool.workers())
+
+
+def test_a_node_killed_mid_load_is_expired_within_3_s_and_every_call_ends_once(keys: Keys) -> None:
+    async def scenario() -> None:
+        async with cluster(keys) as (pool, listener, nodes):
+            handle = await pool.load(SLOW)
+            calls = [asyncio.ensure_future(pool.call(handle, "slow", 0.2, i)) for i in range(40)]
+            await wait_for(holds_calls(pool, listener, "n1"), 20, "calls running on n1")
+            nodes["n1"].signal(signal.SIGKILL)  # the node and (PDEATHSIG) its workers: silence, no goodbye
+            killed = time.monotonic()
+            await wait_for(lambda: "n1" not in {n.name for n in listener.nodes()}, 10, "n1 expired")
+            noticed = time.monotonic() - killed
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            assert results == list(range(40))  # each exactly once, by its own future
+            assert listener.expired == 1
+            assert noticed < 3.0 + 1.0  # the 3 s bound, plus scheduling slack on a shared machine
+            assert pool.statistics().retries >= 1  # the pure hooks that were on n1 re-ran on n2
+
+    run(scenario)
+
+
+def test_sigterm_drains_the_node_without_losing_an_accepted_call(keys: Keys) -> None:
+    async def scenario() -> None:
+        async with cluster(keys) as (pool, listener, nodes):
+            handle = await pool.load(SLOW)
+            calls = [asyncio.ensure_future(pool.call(handle, "slow", 0.2, i)) for i in range(24)]
+            await wait_for(holds_calls(pool, listener, "n1"), 20, "calls running on n1")
+            nodes["n1"].signal(signal.SIGTERM)
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            assert results == list(range(24))
+            assert await nodes["n1"].wait(20) == 0
+            assert pool.statistics().retries == 0  # each finished where it was accepted, none re-ran
+            assert [n.name for n in listener.nodes()] == ["n2"]
+
+    run(scenario)
+
+
+def test_a_node_that_loses_the_coordinator_rejoins_with_fresh_workers(keys: Keys) -> None:
+    async def scenario() -> None:
+        async with cluster(keys, names=("n1",)) as (pool, listener, nodes):
+            nodes["n1"].signal(signal.SIGSTOP)  # silent: the coordinator expires it
+            await wait_for(lambda: listener.expired == 1, 10, "n1 expired")
+            nodes["n1"].signal(signal.SIGCONT)  # it finds the coordinator silent, starts over, joins again
+            await wait_for(lambda: active_by_node(pool, listener)["n1"] == 2, JOIN_TIMEOUT, "n1 back")
+            assert listener.joined == 2
+            handle = await pool.load(HOOK)
+            assert await pool.call(handle, "f", 41) == 42
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("case", ["unknown", "revoked"])
+def test_a_node_with_an_unknown_or_revoked_key_is_refused(keys: Keys, case: str) -> None:
+    async def scenario() -> None:
+        async with cluster(keys, names=("n1",)) as (pool, listener, nodes):
+            if case == "revoked":
+                revoke(keys.authorized, "n2")
+            name = "stranger" if case == "unknown" else "n2"
+            nodes[name] = NodeProcess(listener.endpoint, keys, name, workers=1)
+            await asyncio.sleep(3.0)  # several HELLO attempts; none may get through the handshake
+            assert listener.joined == 1
+            assert {n.name for n in listener.nodes()} == {"n1"}
+            assert nodes[name].process.poll() is None  # it keeps trying (backing off), it does not crash
+
+    run(scenario)
