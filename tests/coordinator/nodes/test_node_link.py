@@ -129,7 +129,7 @@ def test_a_node_that_loses_the_coordinator_rejoins_with_fresh_workers(keys: Keys
 @pytest.mark.parametrize("case", ["unknown", "revoked"])
 def test_a_node_with_an_unknown_or_revoked_key_is_refused(keys: Keys, case: str) -> None:
     async def scenario() -> None:
-        async with cluster(keys, names=("n1",)) as (pool, listener, nodes):
+        async with cluster(keys, names=("n1",)) as (_pool, listener, nodes):
             if case == "revoked":
                 revoke(keys.authorized, "n2")
             name = "stranger" if case == "unknown" else "n2"
