@@ -13,7 +13,11 @@
 //! | callable                   | function pointer|
 //!
 //! Written by hand rather than through serde: it does less work, keeps `bool`
-//! apart from `int`, names the path of a bad value and bounds nesting.
+//! apart from `int` and names the path of a bad value. Both directions walk
+//! nested values with an explicit stack, not recursion: any depth the engine's
+//! own limits let a script build converts (SPEC: no nesting limit of our own),
+//! and Rhai -> Python takes the value apart as it goes, so nothing deep is
+//! freed recursively either.
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -24,10 +28,7 @@ use rhai::{Array, Blob, Dynamic, ImmutableString, Map};
 
 use crate::host;
 
-/// Deepest nesting converted in either direction.
-pub const MAX_DEPTH: usize = 64;
-
-/// A conversion failure, with the path built while unwinding.
+/// A conversion failure and the path (innermost segment first) of the bad value.
 pub struct ConvError {
     kind: ConvKind,
     message: String,
@@ -49,8 +50,9 @@ impl ConvError {
             path: Vec::new(),
         }
     }
-    fn at(mut self, segment: String) -> Self {
-        self.path.push(segment);
+    /// Prefixes the path of the containers around the bad value (outermost first).
+    fn within<'a>(mut self, outer: impl DoubleEndedIterator<Item = &'a str>) -> Self {
+        self.path.extend(outer.rev().map(str::to_string));
         self
     }
     /// The Python exception, naming where in `root` the bad value sits.
@@ -82,27 +84,85 @@ impl From<PyErr> for ConvError {
     }
 }
 
-fn too_deep() -> ConvError {
-    ConvError::new(
-        ConvKind::Value,
-        format!("nesting deeper than {MAX_DEPTH} levels"),
-    )
+fn type_name_of(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
 }
 
-/// Python -> Rhai. `depth` counts containers entered so far.
-pub fn to_dynamic(obj: &Bound<'_, PyAny>, depth: usize) -> Result<Dynamic, ConvError> {
+/// A Python container being converted: its children still to do, the values done.
+struct PyFrame<'py> {
+    children: std::vec::IntoIter<(String, Bound<'py, PyAny>)>,
+    /// `[i]` or `["key"]` of the child being converted, for error paths.
+    segment: String,
+    built: Built,
+}
+
+enum Built {
+    Array(Array),
+    Map(Map, String),
+}
+
+impl PyFrame<'_> {
+    fn accept(&mut self, value: Dynamic) {
+        match &mut self.built {
+            Built::Array(items) => items.push(value),
+            Built::Map(map, key) => {
+                map.insert(std::mem::take(key).into(), value);
+            }
+        }
+    }
+}
+
+enum PyStep<'py> {
+    Leaf(Dynamic),
+    Open(PyFrame<'py>),
+}
+
+fn open_dict<'py>(d: &Bound<'py, PyDict>) -> Result<PyStep<'py>, ConvError> {
+    let mut children = Vec::with_capacity(d.len());
+    for (k, v) in d.iter() {
+        let Ok(key) = k.cast::<PyString>() else {
+            return Err(ConvError::new(
+                ConvKind::Type,
+                format!("map keys must be str, not {}", type_name_of(&k)),
+            ));
+        };
+        children.push((key.to_str()?.to_string(), v));
+    }
+    Ok(PyStep::Open(PyFrame {
+        children: children.into_iter(),
+        segment: String::new(),
+        built: Built::Map(Map::new(), String::new()),
+    }))
+}
+
+fn open_seq<'py>(items: impl Iterator<Item = Bound<'py, PyAny>>, len: usize) -> PyStep<'py> {
+    let children: Vec<_> = items.map(|item| (String::new(), item)).collect();
+    PyStep::Open(PyFrame {
+        children: children.into_iter(),
+        segment: String::new(),
+        built: Built::Array(Array::with_capacity(len)),
+    })
+}
+
+/// One Python value: a finished Rhai value, or a container to walk.
+fn py_step<'py>(obj: &Bound<'py, PyAny>) -> Result<PyStep<'py>, ConvError> {
     if obj.is_none() {
-        return Ok(Dynamic::UNIT);
+        return Ok(PyStep::Leaf(Dynamic::UNIT));
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Dynamic::from(ImmutableString::from(s.to_str()?)));
+        return Ok(PyStep::Leaf(Dynamic::from(ImmutableString::from(
+            s.to_str()?,
+        ))));
     }
     if let Ok(b) = obj.cast::<PyBool>() {
-        return Ok(Dynamic::from_bool(b.is_true()));
+        return Ok(PyStep::Leaf(Dynamic::from_bool(b.is_true())));
     }
     if obj.cast::<PyInt>().is_ok() {
         return match obj.extract::<i64>() {
-            Ok(i) => Ok(Dynamic::from_int(i)),
+            Ok(i) => Ok(PyStep::Leaf(Dynamic::from_int(i))),
             Err(_) => Err(ConvError::new(
                 ConvKind::Overflow,
                 "int does not fit in a 64-bit signed integer",
@@ -110,75 +170,72 @@ pub fn to_dynamic(obj: &Bound<'_, PyAny>, depth: usize) -> Result<Dynamic, ConvE
         };
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
-        return Ok(Dynamic::from_float(f.value()));
-    }
-    if depth >= MAX_DEPTH
-        && (obj.cast::<PyDict>().is_ok()
-            || obj.cast::<PyList>().is_ok()
-            || obj.cast::<PyTuple>().is_ok())
-    {
-        return Err(too_deep());
+        return Ok(PyStep::Leaf(Dynamic::from_float(f.value())));
     }
     if let Ok(d) = obj.cast::<PyDict>() {
-        let mut map = Map::new();
-        for (k, v) in d.iter() {
-            let Ok(key) = k.cast::<PyString>() else {
-                let tn = k
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default();
-                return Err(ConvError::new(
-                    ConvKind::Type,
-                    format!("map keys must be str, not {tn}"),
-                ));
-            };
-            let key = key.to_str()?;
-            let value = to_dynamic(&v, depth + 1).map_err(|e| e.at(format!("[{key:?}]")))?;
-            map.insert(key.into(), value);
-        }
-        return Ok(Dynamic::from_map(map));
+        return open_dict(d);
     }
     if let Ok(l) = obj.cast::<PyList>() {
-        return seq_to_dynamic(l.iter(), l.len(), depth);
+        return Ok(open_seq(l.iter(), l.len()));
     }
     if let Ok(t) = obj.cast::<PyTuple>() {
-        return seq_to_dynamic(t.iter(), t.len(), depth);
+        return Ok(open_seq(t.iter(), t.len()));
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(Dynamic::from_blob(b.as_bytes().to_vec()));
+        return Ok(PyStep::Leaf(Dynamic::from_blob(b.as_bytes().to_vec())));
     }
     if let Ok(b) = obj.cast::<PyByteArray>() {
-        return Ok(Dynamic::from_blob(b.to_vec()));
+        return Ok(PyStep::Leaf(Dynamic::from_blob(b.to_vec())));
     }
     if obj.cast::<PyMemoryView>().is_ok() {
         let bytes: Vec<u8> = obj.call_method0("tobytes")?.extract()?;
-        return Ok(Dynamic::from_blob(bytes as Blob));
+        return Ok(PyStep::Leaf(Dynamic::from_blob(bytes as Blob)));
     }
     if let Some(fp) = host::fnptr_from_python(obj)? {
-        return Ok(Dynamic::from(fp));
+        return Ok(PyStep::Leaf(Dynamic::from(fp)));
     }
-    let tn = obj
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_default();
     Err(ConvError::new(
         ConvKind::Type,
-        format!("cannot pass a {tn} to a script"),
+        format!("cannot pass a {} to a script", type_name_of(obj)),
     ))
 }
 
-fn seq_to_dynamic<'py>(
-    items: impl Iterator<Item = Bound<'py, PyAny>>,
-    len: usize,
-    depth: usize,
-) -> Result<Dynamic, ConvError> {
-    let mut arr = Array::with_capacity(len);
-    for (i, item) in items.enumerate() {
-        arr.push(to_dynamic(&item, depth + 1).map_err(|e| e.at(format!("[{i}]")))?);
+/// Python -> Rhai, at any depth.
+pub fn to_dynamic(obj: &Bound<'_, PyAny>) -> Result<Dynamic, ConvError> {
+    let mut stack: Vec<PyFrame<'_>> = Vec::new();
+    let mut done = match py_step(obj)? {
+        PyStep::Leaf(v) => return Ok(v),
+        PyStep::Open(frame) => {
+            stack.push(frame);
+            None
+        }
+    };
+    while let Some(top) = stack.last_mut() {
+        if let Some(value) = done.take() {
+            top.accept(value);
+        }
+        if let Some((key, child)) = top.children.next() {
+            top.segment = match &mut top.built {
+                Built::Array(items) => format!("[{}]", items.len()),
+                Built::Map(_, pending) => {
+                    let segment = format!("[{key:?}]");
+                    *pending = key;
+                    segment
+                }
+            };
+            match py_step(&child) {
+                Ok(PyStep::Leaf(v)) => done = Some(v),
+                Ok(PyStep::Open(frame)) => stack.push(frame),
+                Err(e) => return Err(e.within(stack.iter().map(|f| f.segment.as_str()))),
+            }
+        } else if let Some(frame) = stack.pop() {
+            done = Some(match frame.built {
+                Built::Array(items) => Dynamic::from_array(items),
+                Built::Map(map, _) => Dynamic::from_map(map),
+            });
+        }
     }
-    Ok(Dynamic::from_array(arr))
+    Ok(done.unwrap_or(Dynamic::UNIT))
 }
 
 /// Map keys repeat across the entries of a ctx (`content`, `tokens`, ...): reuse
@@ -202,17 +259,13 @@ impl<'py> KeyCache<'py> {
     }
 }
 
-/// Rhai -> Python. Maps come back with keys in sorted (byte) order.
-pub fn to_python<'py>(
-    py: Python<'py>,
-    value: &Dynamic,
-    depth: usize,
-) -> Result<Bound<'py, PyAny>, ConvError> {
-    to_python_cached(py, value, depth, &mut KeyCache { slots: Vec::new() }, None)
-}
-
 /// What a function pointer found while converting becomes.
 pub type FnPtrHook<'a, 'py> = &'a dyn Fn(Python<'py>, rhai::FnPtr) -> PyResult<Bound<'py, PyAny>>;
+
+/// Rhai -> Python. Maps come back with keys in sorted (byte) order.
+pub fn to_python<'py>(py: Python<'py>, value: &Dynamic) -> Result<Bound<'py, PyAny>, ConvError> {
+    to_python_owned(py, value.clone(), None)
+}
 
 /// Like `to_python`, with function pointers at any depth handed to `on_fnptr`.
 pub fn to_python_with<'py>(
@@ -220,101 +273,179 @@ pub fn to_python_with<'py>(
     value: &Dynamic,
     on_fnptr: FnPtrHook<'_, 'py>,
 ) -> Result<Bound<'py, PyAny>, ConvError> {
-    to_python_cached(
-        py,
-        value,
-        0,
-        &mut KeyCache { slots: Vec::new() },
-        Some(on_fnptr),
-    )
+    to_python_owned(py, value.clone(), Some(on_fnptr))
 }
 
-fn to_python_cached<'py>(
+/// A Rhai container being converted, taken apart child by child.
+struct RhaiFrame<'py> {
+    children: RhaiChildren,
+    segment: String,
+    out: Out<'py>,
+}
+
+enum RhaiChildren {
+    Array(std::vec::IntoIter<Dynamic>),
+    Map(std::collections::btree_map::IntoIter<rhai::Identifier, Dynamic>),
+}
+
+enum Out<'py> {
+    List(Vec<Bound<'py, PyAny>>),
+    Dict(Bound<'py, PyDict>, Option<Bound<'py, PyString>>),
+}
+
+enum RhaiStep<'py> {
+    Leaf(Bound<'py, PyAny>),
+    Open(RhaiFrame<'py>),
+}
+
+fn rhai_step<'py>(
     py: Python<'py>,
-    value: &Dynamic,
-    depth: usize,
-    keys: &mut KeyCache<'py>,
+    value: Dynamic,
     on_fnptr: Option<FnPtrHook<'_, 'py>>,
-) -> Result<Bound<'py, PyAny>, ConvError> {
+) -> Result<RhaiStep<'py>, ConvError> {
     if value.is_unit() {
-        return Ok(py.None().into_bound(py));
+        return Ok(RhaiStep::Leaf(py.None().into_bound(py)));
     }
     // `is_*` first: a failed `as_*` builds its error from `type_name()`, which
     // costs more than the check itself on this hot path.
     if value.is_string() {
         if let Ok(s) = value.as_immutable_string_ref() {
-            return Ok(PyString::new(py, s.as_str()).into_any());
+            return Ok(RhaiStep::Leaf(PyString::new(py, s.as_str()).into_any()));
         }
     }
     if value.is_int() {
         if let Ok(i) = value.as_int() {
-            return Ok(PyInt::new(py, i).into_any());
+            return Ok(RhaiStep::Leaf(PyInt::new(py, i).into_any()));
         }
     }
     if value.is_bool() {
         if let Ok(b) = value.as_bool() {
-            return Ok(PyBool::new(py, b).to_owned().into_any());
+            return Ok(RhaiStep::Leaf(PyBool::new(py, b).to_owned().into_any()));
         }
     }
     if value.is_float() {
         if let Ok(f) = value.as_float() {
-            return Ok(PyFloat::new(py, f).into_any());
+            return Ok(RhaiStep::Leaf(PyFloat::new(py, f).into_any()));
         }
     }
     if value.is_char() {
         if let Ok(c) = value.as_char() {
-            return Ok(PyString::new(py, c.encode_utf8(&mut [0; 4])).into_any());
-        }
-    }
-    if value.is_map() || value.is_array() {
-        if depth >= MAX_DEPTH {
-            return Err(too_deep());
-        }
-        if let Ok(map) = value.as_map_ref() {
-            let dict = PyDict::new(py);
-            for (k, v) in map.iter() {
-                let pv = to_python_cached(py, v, depth + 1, keys, on_fnptr)
-                    .map_err(|e| e.at(format!("[{:?}]", k.as_str())))?;
-                dict.set_item(keys.get(py, k.as_str()), pv)?;
-            }
-            return Ok(dict.into_any());
-        }
-        if let Ok(arr) = value.as_array_ref() {
-            let mut items = Vec::with_capacity(arr.len());
-            for (i, v) in arr.iter().enumerate() {
-                items.push(
-                    to_python_cached(py, v, depth + 1, keys, on_fnptr)
-                        .map_err(|e| e.at(format!("[{i}]")))?,
-                );
-            }
-            return Ok(PyList::new(py, items)?.into_any());
+            return Ok(RhaiStep::Leaf(
+                PyString::new(py, c.encode_utf8(&mut [0; 4])).into_any(),
+            ));
         }
     }
     if let Ok(b) = value.as_blob_ref() {
-        return Ok(PyBytes::new(py, &b).into_any());
+        return Ok(RhaiStep::Leaf(PyBytes::new(py, &b).into_any()));
     }
-    if value.is_fnptr() {
-        if let Some(fp) = value.clone().flatten().try_cast::<rhai::FnPtr>() {
-            return Ok(match on_fnptr {
+    let type_name = value.type_name();
+    // Consumed, not cloned: a copy of each level would make deep values quadratic.
+    if value.is_array() {
+        if let Ok(items) = value.into_array() {
+            let len = items.len();
+            return Ok(RhaiStep::Open(RhaiFrame {
+                children: RhaiChildren::Array(items.into_iter()),
+                segment: String::new(),
+                out: Out::List(Vec::with_capacity(len)),
+            }));
+        }
+    } else if value.is_map() {
+        if let Some(map) = value.try_cast::<Map>() {
+            return Ok(RhaiStep::Open(RhaiFrame {
+                children: RhaiChildren::Map(map.into_iter()),
+                segment: String::new(),
+                out: Out::Dict(PyDict::new(py), None),
+            }));
+        }
+    } else if value.is_fnptr() {
+        if let Some(fp) = value.flatten().try_cast::<rhai::FnPtr>() {
+            return Ok(RhaiStep::Leaf(match on_fnptr {
                 Some(hook) => hook(py, fp)?,
                 None => host::fnptr_to_python(py, fp)?,
-            });
+            }));
         }
     }
     Err(ConvError::new(
         ConvKind::Type,
-        format!(
-            "a script value of type {} has no Python form",
-            value.type_name()
-        ),
+        format!("a script value of type {type_name} has no Python form"),
     ))
+}
+
+impl<'py> RhaiFrame<'py> {
+    fn accept(&mut self, value: Bound<'py, PyAny>) -> PyResult<()> {
+        match &mut self.out {
+            Out::List(items) => items.push(value),
+            Out::Dict(dict, key) => {
+                if let Some(key) = key.take() {
+                    dict.set_item(key, value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn next_child(&mut self, py: Python<'py>, keys: &mut KeyCache<'py>) -> Option<Dynamic> {
+        match (&mut self.children, &mut self.out) {
+            (RhaiChildren::Array(rest), Out::List(items)) => {
+                let child = rest.next()?;
+                self.segment = format!("[{}]", items.len());
+                Some(child)
+            }
+            (RhaiChildren::Map(rest), Out::Dict(_, pending)) => {
+                let (key, child) = rest.next()?;
+                self.segment = format!("[{:?}]", key.as_str());
+                *pending = Some(keys.get(py, key.as_str()));
+                Some(child)
+            }
+            _ => None,
+        }
+    }
+
+    fn finish(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.out {
+            Out::List(items) => Ok(PyList::new(py, items)?.into_any()),
+            Out::Dict(dict, _) => Ok(dict.into_any()),
+        }
+    }
+}
+
+/// Rhai -> Python, consuming `value`: at any depth, and freeing it as it goes.
+pub fn to_python_owned<'py>(
+    py: Python<'py>,
+    value: Dynamic,
+    on_fnptr: Option<FnPtrHook<'_, 'py>>,
+) -> Result<Bound<'py, PyAny>, ConvError> {
+    let mut keys = KeyCache { slots: Vec::new() };
+    let mut stack: Vec<RhaiFrame<'py>> = Vec::new();
+    let mut done = match rhai_step(py, value, on_fnptr)? {
+        RhaiStep::Leaf(v) => return Ok(v),
+        RhaiStep::Open(frame) => {
+            stack.push(frame);
+            None
+        }
+    };
+    while let Some(top) = stack.last_mut() {
+        if let Some(value) = done.take() {
+            top.accept(value)?;
+        }
+        if let Some(child) = top.next_child(py, &mut keys) {
+            match rhai_step(py, child, on_fnptr) {
+                Ok(RhaiStep::Leaf(v)) => done = Some(v),
+                Ok(RhaiStep::Open(frame)) => stack.push(frame),
+                Err(e) => return Err(e.within(stack.iter().map(|f| f.segment.as_str()))),
+            }
+        } else if let Some(frame) = stack.pop() {
+            done = Some(frame.finish(py)?);
+        }
+    }
+    Ok(done.unwrap_or_else(|| py.None().into_bound(py)))
 }
 
 /// Converts call arguments, naming the bad one as `args[i]...`.
 pub fn args_to_dynamic(args: &Bound<'_, PyTuple>) -> PyResult<Vec<Dynamic>> {
     let mut out = Vec::with_capacity(args.len());
     for (i, a) in args.iter().enumerate() {
-        out.push(to_dynamic(&a, 0).map_err(|e| e.into_pyerr(&format!("args[{i}]")))?);
+        out.push(to_dynamic(&a).map_err(|e| e.into_pyerr(&format!("args[{i}]")))?);
     }
     Ok(out)
 }
@@ -324,5 +455,14 @@ pub fn value_to_python<'py>(
     value: &Dynamic,
     root: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    to_python(py, value, 0).map_err(|e| e.into_pyerr(root))
+    to_python(py, value).map_err(|e| e.into_pyerr(root))
+}
+
+/// Like `value_to_python`, taking the value apart instead of copying it.
+pub fn owned_value_to_python<'py>(
+    py: Python<'py>,
+    value: Dynamic,
+    root: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    to_python_owned(py, value, None).map_err(|e| e.into_pyerr(root))
 }

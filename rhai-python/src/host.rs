@@ -26,7 +26,7 @@ use pyo3::types::PyTuple;
 use rhai::{Dynamic, EvalAltResult, NativeCallContext, NativeCallContextStore, Position};
 
 use crate::context;
-use crate::{convert, errors};
+use crate::{convert, errors, stack};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 const STASH_ATTR: &str = "_rhai_stash_id";
@@ -35,6 +35,18 @@ const STASH_ATTR: &str = "_rhai_stash_id";
 #[pyclass(frozen, module = "rhai")]
 pub struct FnPtr {
     pub inner: rhai::FnPtr,
+}
+
+impl Drop for FnPtr {
+    /// A pointer can hold a closure chain as deep as a script's budget allowed;
+    /// Python may free it on any thread, so it is freed on a stack big enough.
+    fn drop(&mut self) {
+        if self.inner.curry().is_empty() {
+            return;
+        }
+        let curried: Vec<Dynamic> = self.inner.iter_curry_mut().map(std::mem::take).collect();
+        stack::run_on_big_stack(stack::MAX_STACK, move || drop(curried));
+    }
 }
 
 #[pymethods]
@@ -97,7 +109,7 @@ impl Callback {
             st.operations.set(base);
         });
         match result {
-            Ok(v) => convert::value_to_python(py, &v, "callback result"),
+            Ok(v) => convert::owned_value_to_python(py, v, "callback result"),
             Err(e) => Err(stash_error(py, e)),
         }
     }
@@ -131,7 +143,7 @@ pub fn pyerr_to_engine(py: Python<'_>, err: PyErr) -> Box<EvalAltResult> {
             let thrown = value
                 .getattr("value")
                 .map_err(convert::ConvError::from)
-                .and_then(|v| convert::to_dynamic(&v, 0));
+                .and_then(|v| convert::to_dynamic(&v));
             return match thrown {
                 Ok(v) => Box::new(EvalAltResult::ErrorRuntime(v, Position::NONE)),
                 Err(e) => system_error(e.into_pyerr("Throw.value")),
@@ -170,7 +182,7 @@ fn call_python(
             .and_then(|t| func.bind(py).call1(t))
             .map_err(|e| pyerr_to_engine(py, e))
             .and_then(|r| {
-                convert::to_dynamic(&r, 0)
+                convert::to_dynamic(&r)
                     .map_err(|e| pyerr_to_engine(py, e.into_pyerr("host result")))
             });
         alive.store(false, Ordering::SeqCst);

@@ -1,4 +1,6 @@
-//! JSON exactly as SPEC §2.5 states it, for scripts and for Python.
+//! JSON exactly as SPEC §2.5 states it, for scripts and for Python: byte for byte
+//! what the reference's `serde_json` writes, and the one JSON writer rhaipool uses on
+//! its behalf (`rhai.to_json`).
 //!
 //! Rhai's own `parse_json` parses its input as a Rhai expression and *evaluates*
 //! it, and its map `to_json` writes Rust debug escapes (`\u{202f}`) that are not
@@ -9,51 +11,9 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rhai::{Array, Dynamic, ImmutableString, Map};
-use serde_json::{Number, Value};
+use serde_json::Value;
 
-use crate::convert;
-
-const MAX_DEPTH: usize = 64;
-
-/// Rhai value -> JSON value; `Err` names what is not plain data.
-pub fn to_value(v: &Dynamic, depth: usize) -> Result<Value, String> {
-    if depth > MAX_DEPTH {
-        return Err(format!("nesting deeper than {MAX_DEPTH} levels"));
-    }
-    if v.is_unit() {
-        return Ok(Value::Null);
-    }
-    if let Ok(b) = v.as_bool() {
-        return Ok(Value::Bool(b));
-    }
-    if let Ok(i) = v.as_int() {
-        return Ok(Value::Number(i.into()));
-    }
-    if let Ok(f) = v.as_float() {
-        return Ok(Number::from_f64(f).map_or(Value::Null, Value::Number));
-    }
-    if let Ok(c) = v.as_char() {
-        return Ok(Value::String(c.to_string()));
-    }
-    if let Ok(s) = v.as_immutable_string_ref() {
-        return Ok(Value::String(s.as_str().to_string()));
-    }
-    if let Ok(arr) = v.as_array_ref() {
-        return arr
-            .iter()
-            .map(|x| to_value(x, depth + 1))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Value::Array);
-    }
-    if let Ok(map) = v.as_map_ref() {
-        let mut obj = serde_json::Map::new();
-        for (k, x) in map.iter() {
-            obj.insert(k.to_string(), to_value(x, depth + 1)?);
-        }
-        return Ok(Value::Object(obj));
-    }
-    Err(format!("a {} is not plain data", v.type_name()))
-}
+use crate::{convert, stack};
 
 /// JSON value -> Rhai value (integers beyond i64 become floats, as in SPEC §2.5).
 pub fn from_value(v: Value) -> Dynamic {
@@ -78,29 +38,130 @@ pub fn from_value(v: Value) -> Dynamic {
     }
 }
 
-/// `serde_json`'s compact output with floats written by `ryu`: `1e21`, `1e-7`, `0.00001`, `3.0`.
-struct RyuFloats;
+/// `serde_json`'s compact text of a value, written without recursion: any depth.
+pub fn dump(v: &Dynamic) -> Result<String, String> {
+    dump_owned(v.clone())
+}
 
-impl serde_json::ser::Formatter for RyuFloats {
-    fn write_f64<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        value: f64,
-    ) -> std::io::Result<()> {
-        // `Value` holds only finite floats (NaN and infinities became null in `to_value`).
-        writer.write_all(ryu::Buffer::new().format_finite(value).as_bytes())
+/// A container being written: its children still to write.
+enum Open {
+    Array(std::vec::IntoIter<Dynamic>, bool),
+    Map(
+        std::collections::btree_map::IntoIter<rhai::Identifier, Dynamic>,
+        bool,
+    ),
+}
+
+/// Like `dump`, taking the value apart as it is written.
+pub fn dump_owned(v: Dynamic) -> Result<String, String> {
+    let mut out = String::new();
+    let mut stack: Vec<Open> = Vec::new();
+    if let Some(open) = write_value(&mut out, v)? {
+        stack.push(open);
+    }
+    while let Some(top) = stack.last_mut() {
+        let next = match top {
+            Open::Array(rest, first) => rest.next().inspect(|_| {
+                if !std::mem::take(first) {
+                    out.push(',');
+                }
+            }),
+            Open::Map(rest, first) => rest.next().map(|(key, child)| {
+                if !std::mem::take(first) {
+                    out.push(',');
+                }
+                write_str(&mut out, key.as_str());
+                out.push(':');
+                child
+            }),
+        };
+        match next {
+            Some(child) => {
+                if let Some(open) = write_value(&mut out, child)? {
+                    stack.push(open);
+                }
+            }
+            None => {
+                out.push(match stack.pop() {
+                    Some(Open::Map(..)) => '}',
+                    _ => ']',
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes a scalar, or the opening bracket of a container and returns its children.
+fn write_value(out: &mut String, v: Dynamic) -> Result<Option<Open>, String> {
+    if v.is_unit() {
+        out.push_str("null");
+    } else if let Ok(b) = v.as_bool() {
+        out.push_str(if b { "true" } else { "false" });
+    } else if let Ok(i) = v.as_int() {
+        out.push_str(&i.to_string());
+    } else if let Ok(f) = v.as_float() {
+        write_float(out, f);
+    } else if let Ok(c) = v.as_char() {
+        write_str(out, c.encode_utf8(&mut [0; 4]));
+    } else if v.is_string() {
+        let s = v.into_immutable_string()?;
+        write_str(out, s.as_str());
+    } else if v.is_array() {
+        let items = v.into_array()?;
+        out.push('[');
+        return Ok(Some(Open::Array(items.into_iter(), true)));
+    } else if v.is_map() {
+        let type_name = v.type_name();
+        let map = v.try_cast::<Map>().ok_or(type_name)?;
+        out.push('{');
+        return Ok(Some(Open::Map(map.into_iter(), true)));
+    } else {
+        return Err(format!("a {} is not plain data", v.type_name()));
+    }
+    Ok(None)
+}
+
+/// A float as `serde_json` (ryu) writes it: `1e-7`, `1e21`, `0.1`, `-0.0`, `3.0`;
+/// NaN and the infinities have no JSON form and become `null`.
+pub fn write_float(out: &mut String, f: f64) {
+    if f.is_finite() {
+        out.push_str(ryu::Buffer::new().format_finite(f));
+    } else {
+        out.push_str("null");
     }
 }
 
-pub fn dump(v: &Dynamic) -> Result<String, String> {
-    let value = to_value(v, 0)?;
-    let mut out = Vec::new();
-    serde::Serialize::serialize(
-        &value,
-        &mut serde_json::Serializer::with_formatter(&mut out, RyuFloats),
-    )
-    .map_err(|e| e.to_string())?;
-    String::from_utf8(out).map_err(|e| e.to_string())
+/// A JSON string exactly as `serde_json` escapes it: `"`, `\`, and control
+/// characters only (`\n`-style where JSON has one, else `\u00xx`); the rest raw.
+pub fn write_str(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    let mut start = 0;
+    for (i, byte) in s.bytes().enumerate() {
+        let escape = match byte {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if escape.is_empty() {
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0xf)]));
+        } else {
+            out.push_str(escape);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
 }
 
 pub fn load(text: &str) -> Result<Dynamic, String> {
@@ -112,13 +173,16 @@ pub fn load(text: &str) -> Result<Dynamic, String> {
 /// `to_json(value) -> str`: the compact, key-sorted JSON text of a value.
 #[pyfunction]
 pub fn to_json(value: &Bound<'_, PyAny>) -> PyResult<String> {
-    let dynamic = convert::to_dynamic(value, 0).map_err(|e| e.into_pyerr("value"))?;
-    dump(&dynamic).map_err(|e| PyValueError::new_err(format!("to_json: {e}")))
+    let size = stack::size_for_operations(0);
+    stack::run_on_big_stack(size, || {
+        let dynamic = convert::to_dynamic(value).map_err(|e| e.into_pyerr("value"))?;
+        dump_owned(dynamic).map_err(|e| PyValueError::new_err(format!("to_json: {e}")))
+    })
 }
 
 /// `parse_json(text) -> value`: any JSON value, converted as scripts see it.
 #[pyfunction]
 pub fn parse_json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
     let value = load(text).map_err(|e| PyValueError::new_err(format!("parse_json: {e}")))?;
-    convert::value_to_python(py, &value, "parsed value")
+    convert::owned_value_to_python(py, value, "parsed value")
 }

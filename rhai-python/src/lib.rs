@@ -12,6 +12,7 @@ mod errors;
 mod host;
 mod json;
 mod script;
+mod stack;
 
 use pyo3::prelude::*;
 

@@ -14,7 +14,7 @@ use pyo3::types::PyTuple;
 use rhai::{CallFnOptions, Dynamic, FnAccess, Scope, AST};
 
 use crate::context::{self, CancelToken};
-use crate::{convert, errors};
+use crate::{convert, errors, stack};
 
 /// What `Script.call_detailed` returns.
 #[pyclass(frozen, module = "rhai", get_all)]
@@ -76,7 +76,21 @@ impl Script {
         }
     }
 
+    /// Runs the call on a stack of its own (see `stack.rs`): everything the script
+    /// builds is freed there, however deep.
     fn run(
+        &self,
+        py: Python<'_>,
+        fn_name: &str,
+        args: &Bound<'_, PyTuple>,
+        timeout: Option<f64>,
+        cancel: Option<&CancelToken>,
+    ) -> PyResult<(Py<PyAny>, context::CallReport, f64)> {
+        let size = stack::size_for_operations(self.engine.max_operations());
+        stack::run_on_big_stack(size, || self.run_here(py, fn_name, args, timeout, cancel))
+    }
+
+    fn run_here(
         &self,
         py: Python<'_>,
         fn_name: &str,
@@ -130,9 +144,8 @@ impl Script {
         let report = context::take_report();
         // Convert while this call's table of Python callables is still in place.
         let outcome = match result {
-            Ok(v) => {
-                convert::value_to_python(py, &v, "result").map(|v| (v.unbind(), report, elapsed))
-            }
+            Ok(v) => convert::owned_value_to_python(py, v, "result")
+                .map(|v| (v.unbind(), report, elapsed)),
             Err(e) => {
                 if let Some(p) = report.pending {
                     Err(p)

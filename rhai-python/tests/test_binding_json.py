@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import random
 
 import pytest
 
@@ -100,3 +102,101 @@ def test_pe5_to_json_basics(engine: rhai.Engine) -> None:
     assert run(engine, "to_json(#{b:1,a:2})") == '{"a":2,"b":1}'
     with pytest.raises(rhai.ScriptThrow, match="to_json"):
         run(engine, "to_json(|x| x + 1)")
+
+
+def _ryu_spelling(value: float) -> str:
+    """ryu's layout of the shortest round-trip digits (an oracle independent of the binding:
+    the digits come from Python's ``repr``, the layout rules from ryu's ``format64``)."""
+    if value == 0:
+        return "-0.0" if str(value).startswith("-") else "0.0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exp = repr(abs(value)).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    k = int(exp or 0) - len(frac)  # value == int(whole + frac) * 10**k
+    stripped = digits.rstrip("0")
+    k += len(digits) - len(stripped)
+    digits, length = stripped, len(stripped)
+    kk = length + k
+    if 0 <= k and kk <= 16:
+        text = digits + "0" * k + ".0"
+    elif 0 < kk <= 16:
+        text = digits[:kk] + "." + digits[kk:]
+    elif -5 < kk <= 0:
+        text = "0." + "0" * -kk + digits
+    elif length == 1:
+        text = f"{digits}e{kk - 1}"
+    else:
+        text = f"{digits[0]}.{digits[1:]}e{kk - 1}"
+    return sign + text
+
+
+EDGE_FLOATS = [
+    5e-324,  # smallest subnormal
+    2.225073858507201e-308,  # largest subnormal
+    2.2250738585072014e-308,  # smallest normal
+    1e-308,
+    1.7976931348623157e308,
+    1e308,
+    1.5e300,
+    1e-7,
+    1.2e-6,
+    0.000012,
+    0.0001,
+    0.1,
+    0.3,
+    1.0,
+    2.0,
+    100.0,
+    1e15,
+    9007199254740993.0,
+    1e16,
+    1.5e16,
+    12345678901234567.0,
+    1e21,
+    1e22,
+    -0.0,
+    0.0,
+    -1e-7,
+    -123.456,
+]
+
+
+@pytest.mark.parametrize("value", EDGE_FLOATS)
+def test_edge_floats_match_the_ryu_layout(value: float) -> None:
+    text = rhai.to_json(value)
+    assert text == _ryu_spelling(value)
+    assert rhai.to_json([value, -value]) == f"[{_ryu_spelling(value)},{_ryu_spelling(-value)}]"
+    assert rhai.parse_json(text) == value
+
+
+def test_floats_across_the_whole_range_match_the_ryu_layout() -> None:
+    """Every binary exponent, several mantissas each: subnormals up to 1e308."""
+    rng = random.Random(12)
+    checked = 0
+    for exponent in range(-1074, 1024):
+        for _ in range(4):
+            value = math.ldexp(rng.random() or 0.5, exponent)
+            if not math.isfinite(value) or value == 0:
+                continue
+            for v in (value, -value, float(round(value)) if abs(value) < 1e300 else value):
+                assert rhai.to_json(v) == _ryu_spelling(v), repr(v)
+                checked += 1
+    assert checked > 20_000
+
+
+def test_integers_as_floats_print_with_a_fraction() -> None:
+    for n in [0, 1, 7, 10, 255, 10**6, 2**53, 10**15, 10**16, 10**17, 2**63]:
+        assert rhai.to_json(float(n)) == _ryu_spelling(float(n))
+    assert rhai.to_json(3.0) == "3.0"
+    assert rhai.to_json(1e16) == "1e16"
+
+
+def test_strings_are_escaped_as_serde_json_escapes_them() -> None:
+    """serde_json escapes `"`, `\\` and control characters only; Python's json does the same with
+    ``ensure_ascii=False`` (lowercase ``\\u00xx``), so it is the oracle for every non-float value."""
+    text = "".join(chr(c) for c in range(0x80)) + "é\u2028\u2029\u202f\ufeff\U0001f600"
+    assert rhai.to_json(text) == json.dumps(text, ensure_ascii=False)
+    value = {"k\n\x00": [text, {"\x7f": None, "": True}], "a": -1}
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    assert rhai.to_json(value) == expected
