@@ -94,7 +94,7 @@ def readable_text(response: httpx.Response, raw: bytes | bytearray) -> str:
             {
                 "kind": "api",
                 "message": f"unreadable body: the response is {media}, not text - "
-                "the endpoint sent binary content where the script expects text; check the URL",
+                "this fetch read bytes, not a document",
             },
             "malformed-response",
         )
@@ -104,8 +104,9 @@ def readable_text(response: httpx.Response, raw: bytes | bytearray) -> str:
         raise HostError(
             {
                 "kind": "api",
-                "message": f"unreadable body: {bad} of {len(text)} characters did not decode as "
-                f"{charset_of(response)}, so the script did not read the page.",
+                "message": f"unreadable body: {content_type or 'the body'} decoded to mostly replacement "
+                "characters, so it was compressed or in an encoding this client could not decode. "
+                "This fetch did not read the page.",
             },
             "malformed-response",
         )
