@@ -12,7 +12,22 @@ from typing import Any
 
 import click
 
+from coordinator._cli.provider_present import provider_error_text
+from coordinator._cli.remote_present import remote_failure_fields
 from coordinator.client import Client, ServiceError, token_from_env
+
+#: The classes of a provider failure (``rhaipool infer --json``); other errors are the service's own.
+PROVIDER_CLASSES = frozenset(
+    {
+        "RateLimitExceeded",
+        "RequestFailed",
+        "ApiError",
+        "Unavailable",
+        "InvalidResponse",
+        "TokenLimitExceeded",
+        "Other",
+    }
+)
 
 __all__ = ["SERVER_HELP", "remote_doctor", "remote_infer", "remote_models", "remote_validate"]
 
@@ -34,6 +49,22 @@ def _error(exc: ServiceError, as_json: bool) -> int:
     else:
         click.echo(click.style(f"error: {error.get('message', exc.message)}", fg="red"), err=True)
     return 1
+
+
+def _provider_error(error: dict[str, Any], as_json: bool) -> int:
+    """A provider failure the service answered, shown as ``rhaipool infer`` shows a local one."""
+    fields = remote_failure_fields(error, None)
+    if as_json:
+        click.echo(json.dumps({"error": fields}, ensure_ascii=False))
+    else:
+        click.echo(click.style(f"error: {provider_error_text(fields)}", fg="red"), err=True)
+    return 1
+
+
+def _is_provider_failure(exc: ServiceError) -> bool:
+    """The provider failed (the service's own refusals, such as an unknown name, are ``Other`` too)."""
+    cls = exc.error.get("class") if isinstance(exc.error, dict) else None
+    return cls in PROVIDER_CLASSES and (cls != "Other" or exc.status == 502)
 
 
 def remote_validate(path: Path, kind: str, as_json: bool, server: str) -> int:
@@ -79,17 +110,22 @@ def remote_infer(name: str, request: Any, stream: bool, as_json: bool, server: s
                 return 0
             failed = False
             for item in client.stream(name, request):
-                failed = failed or "error" in item
-                if as_json:
+                if "error" in item:
+                    failed = True
+                    if not as_json:
+                        click.echo()
+                    _provider_error(item["error"], as_json)
+                elif as_json:
                     click.echo(json.dumps(item, ensure_ascii=False))
-                elif "error" in item:
-                    click.echo(click.style(f"\nerror: {item['error']['message']}", fg="red"), err=True)
                 else:
                     click.echo(_chunk_line(item), nl=False)
-            if not as_json:
+            if not as_json and not failed:
                 click.echo()
             return 1 if failed else 0
     except ServiceError as exc:
+        if _is_provider_failure(exc):
+            assert isinstance(exc.error, dict)
+            return _provider_error(exc.error, as_json)
         return _error(exc, as_json)
 
 
