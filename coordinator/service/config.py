@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from coordinator.nodes.config import NodesConfig, parse_nodes_config
+from coordinator.nodes.errors import NodesConfigError
 from coordinator.providers.config import ProviderConfigError, ProvidersConfig, parse_config
 from coordinator.service.errors import ServiceConfigError
 
@@ -54,6 +56,10 @@ class ServeConfig:
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     grace_secs: float = DEFAULT_GRACE_SECS
     workers: int | None = None
+    local_workers: int | None = None
+    """``[serve] local_workers``: workers on this machine (0: every call runs on nodes)."""
+    nodes: NodesConfig | None = None
+    """``[nodes]``: where worker nodes join over CurveZMQ (``None``: no nodes)."""
     providers: ProvidersConfig = field(default_factory=ProvidersConfig)
     source: Path | None = None
 
@@ -113,10 +119,18 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
     if (cert is None) != (key is None):
         raise ServiceConfigError("[serve] tls_cert and tls_key go together")
     workers = serve.get("workers")
+    local_workers = serve.get("local_workers")
+    if local_workers is not None and (type(local_workers) is not int or local_workers < 0):
+        raise ServiceConfigError("[serve] local_workers must be a whole number >= 0")
+    if local_workers is not None and workers is not None:
+        raise ServiceConfigError("[serve] workers and local_workers are the same setting: give one")
     try:
         providers = parse_config(data, base_dir=base)
-    except ProviderConfigError as exc:
+        nodes = parse_nodes_config(data, base)
+    except (ProviderConfigError, NodesConfigError) as exc:
         raise ServiceConfigError(str(exc)) from exc
+    if local_workers == 0 and nodes is None:
+        raise ServiceConfigError("[serve] local_workers = 0 needs a [nodes] table: no worker would run")
     return ServeConfig(
         host=host,
         port=port,
@@ -131,6 +145,8 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
         ),
         grace_secs=float(_positive(serve.get("grace_secs", DEFAULT_GRACE_SECS), "[serve] grace_secs")),
         workers=None if workers is None else int(_positive(workers, "[serve] workers")),
+        local_workers=local_workers,
+        nodes=nodes,
         providers=providers,
     )
 

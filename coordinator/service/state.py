@@ -23,6 +23,7 @@ from typing import Any
 
 from coordinator._core.pool import Pool
 from coordinator.egress import Egress
+from coordinator.nodes.link import NodeListener
 from coordinator.providers import PoolExecutor, ProviderRuntime
 from coordinator.service.auth import Tokens
 from coordinator.service.config import ServeConfig, load_service_config
@@ -75,7 +76,11 @@ class Service:
         self._refresh_tokens()
         self._config_stamp = self._stamp()
         options = {"workers": self.config.workers, **self.pool_options}
-        self.pool = await Pool(**options).__aenter__()
+        if self.config.local_workers is not None:
+            options["workers"] = self.config.local_workers
+            options.setdefault("spares", min(1, self.config.local_workers))  # 0: no local spare either
+        nodes = None if self.config.nodes is None else NodeListener.from_config(self.config.nodes)
+        self.pool = await Pool(**options, nodes=nodes).__aenter__()
         self.egress = await Egress().__aenter__()
         self.validator = Validator(self.pool)
         await self._materialize()

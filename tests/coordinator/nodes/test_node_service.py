@@ -1,0 +1,72 @@
+"""``rhaipool serve`` with ``[serve] local_workers = 0`` and a ``[nodes]`` table: every call runs on a node."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+
+from node_cluster import Keys, NodeProcess, make_keys
+from service_support import ServiceProcess, free_port, sha
+
+from coordinator.service.config import ServiceConfigError, parse_service_config
+
+TOKEN = "acme-secret-token"
+
+
+def config_text(keys: Keys, http_port: int, node_port: int, local_workers: int = 0) -> str:
+    return "\n".join([
+        "[serve]",
+        f'listen = "127.0.0.1:{http_port}"',
+        'database = "state/rhaipool.db"',
+        f"local_workers = {local_workers}",
+        "grace_secs = 3",
+        "[tenants.acme]",
+        f'token_sha256 = "{sha(TOKEN)}"',
+        "[nodes]",
+        f'listen = "tcp://127.0.0.1:{node_port}"',
+        f'secret_key = "{keys.coordinator_secret}"',
+        f'authorized_keys = "{keys.authorized}"',
+    ])  # fmt: skip
+
+
+def test_the_service_with_no_local_worker_runs_calls_on_a_node(tmp_path: Path) -> None:
+    keys = make_keys(tmp_path / "keys")
+    http_port, node_port = free_port(), free_port()
+    config = tmp_path / "serve.toml"
+    config.write_text(config_text(keys, http_port, node_port) + "\n")
+    node = NodeProcess(f"tcp://127.0.0.1:{node_port}", keys, "n1", workers=1)  # joins once the service is up
+    try:
+        service = ServiceProcess.start(config, http_port)  # ready = a worker is ACTIVE: the node's
+        try:
+            with service.client(token=TOKEN) as client:
+                assert client.validate("region_hook", "fn render(ctx) { ctx }") == {"valid": True}
+            assert {p.pid for p in service.children()} == set()  # no local worker process at all
+        finally:
+            assert service.stop() == 0
+    finally:
+        node.close()
+
+
+def parse(text: str, base: Path) -> object:
+    import tomllib
+
+    return parse_service_config(tomllib.loads(text), base)
+
+
+def test_local_workers_and_nodes_are_read_and_checked(tmp_path: Path) -> None:
+    keys = make_keys(tmp_path / "keys")
+    config = parse(config_text(keys, 8000, 9000, local_workers=3), tmp_path)
+    assert config.local_workers == 3  # type: ignore[attr-defined]
+    assert config.nodes is not None and config.nodes.port == 9000  # type: ignore[attr-defined]
+    with pytest.raises(ServiceConfigError, match="local_workers = 0 needs a \\[nodes\\] table"):
+        parse("[serve]\nlocal_workers = 0\n", tmp_path)
+    with pytest.raises(ServiceConfigError, match="local_workers must be a whole number"):
+        parse("[serve]\nlocal_workers = -1\n", tmp_path)
+    with pytest.raises(ServiceConfigError, match="give one"):
+        parse("[serve]\nlocal_workers = 1\nworkers = 2\n", tmp_path)
+    with pytest.raises(ServiceConfigError, match="secret_key"):
+        parse(config_text(keys, 8000, 9000).replace(str(keys.coordinator_secret), "/nonexistent"), tmp_path)
