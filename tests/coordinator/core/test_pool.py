@@ -10,11 +10,12 @@ from collections import Counter
 import pytest
 from pool_support import SCRIPT, run
 
-from coordinator._core.config import Deadlines, PoolConfig, Recycling
+from coordinator._core.config import Deadlines, Limits, PoolConfig, Recycling
 from coordinator.errors import (
     CompileError,
     LimitExceeded,
     MissingFunction,
+    NoWorkerAvailable,
     Overloaded,
     PoolClosed,
     ScriptError,
@@ -253,5 +254,31 @@ def test_a_caller_that_gives_up_cancels_its_call_on_the_worker() -> None:
             await asyncio.sleep(0.2)
             stats = pool.statistics()
             assert stats.inflight == 0 and stats.queued == 0 and pool.workers()[0].inflight == 0
+
+    run(scenario())
+
+
+def test_close_lets_calls_in_flight_finish_within_the_grace() -> None:
+    async def scenario() -> None:
+        config = PoolConfig(workers=1, spares=0, deadlines=Deadlines(shutdown_grace=10.0))
+        pool = Pool(config)
+        async with pool:
+            handle = await pool.load(SCRIPT)
+            pending = asyncio.ensure_future(pool.call(handle, "sleepy", 0.3, "finished", timeout=5))
+            while not pool.workers()[0].running:
+                await asyncio.sleep(0.005)
+        assert await pending == "finished"  # drained, not cancelled
+        stats = pool.statistics()
+        assert stats.calls_ok == 2 and stats.calls_failed == 0 and stats.exit_reasons == {"goodbye": 1}
+
+    run(scenario())
+
+
+def test_workers_that_cannot_start_fail_the_start_with_no_worker_available() -> None:
+    async def scenario() -> None:
+        config = PoolConfig(workers=1, spares=0, limits=Limits(memory_bytes=8 << 20))
+        with pytest.raises(NoWorkerAvailable, match="exit before READY"):
+            async with Pool(config):
+                pass
 
     run(scenario())
