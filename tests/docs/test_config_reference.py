@@ -66,7 +66,10 @@ def test_every_top_level_name_is_documented() -> None:
 def test_every_provider_table_key_is_documented() -> None:
     own = set(providers_config.OWN_KEYS) | {"api_key", "base_url", "serves"}
     assert set(section("`[model_providers.<name>]`")) == own
-    assert set(section("`[model_providers.<name>.rate_limit]`")) == {"requests_per_minute", "tokens_per_minute"}
+    assert set(section("`[model_providers.<name>.rate_limit]`")) == {
+        "requests_per_minute",
+        "tokens_per_minute",
+    }
 
 
 def test_every_limits_key_is_documented() -> None:
