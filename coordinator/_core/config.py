@@ -13,6 +13,9 @@ __all__ = [
     "DEFAULT_MEMORY_BYTES",
     "DEFAULT_PROVIDER_CAPACITY",
     "DEFAULT_QUEUE_SIZE",
+    "DEFAULT_SCRIPT_CACHE_BYTES",
+    "DEFAULT_TENANT_MAX_SCRIPTS",
+    "DEFAULT_TENANT_MAX_SCRIPT_BYTES",
     "DEFAULT_WATCHDOG_RSS_BYTES",
     "Deadlines",
     "Limits",
@@ -28,6 +31,9 @@ DEFAULT_KILL_GRACE: Final = 1.0
 DEFAULT_HEARTBEAT: Final = 0.25
 DEFAULT_QUEUE_SIZE: Final = 10_000
 DEFAULT_PROVIDER_CAPACITY: Final = 64
+DEFAULT_SCRIPT_CACHE_BYTES: Final = 64 << 20
+DEFAULT_TENANT_MAX_SCRIPTS: Final = 256
+DEFAULT_TENANT_MAX_SCRIPT_BYTES: Final = 32 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +88,9 @@ class RetryPolicy:
     """Worker deaths attributed to one script within ``window`` seconds that quarantine it."""
     window: float = 60.0
     quarantine: float = 30.0
+    tenant_strikes: int | None = None
+    """Deaths blamed on one tenant's calls (any script) within ``window`` that quarantine the whole
+    tenant; ``None``: twice ``strikes``.  Editing a script changes its hash, not its tenant."""
 
 
 def _cpu_count() -> int:
@@ -100,6 +109,24 @@ class PoolConfig:
     tenant_max_inflight: int | None = None
     """Calls of one tenant placed at workers at once (``None``: no cap); over it, the tenant's further
     calls wait their turn in the queue while other tenants' calls are placed."""
+    tenant_fair_share: bool = True
+    """While other tenants have calls waiting, a tenant holding slots / tenants-present of the workers'
+    slots gets no new placement (its calls wait); alone, a tenant may use the whole pool."""
+    tenant_max_calls: int | None = None
+    """Unfinished calls (queued + running) one tenant may have; beyond, ``TooManyCallsInFlight``."""
+    tenant_max_queued: int | None = None
+    """Calls of one tenant waiting for a worker; beyond, ``TooManyCallsQueued``.  (The queue as a
+    whole is bounded by ``queue_size``, where the tenant holding the most loses its newest.)"""
+    tenant_cpu_seconds_per_minute: float | None = None
+    """CPU-seconds one tenant's calls may use per sliding minute; beyond, ``CpuQuotaExceeded``."""
+    tenant_max_scripts: int | None = DEFAULT_TENANT_MAX_SCRIPTS
+    """Scripts one tenant holds loaded; a load beyond forgets its least recently loaded one with no
+    call running, or fails with ``ScriptQuotaExceeded``."""
+    tenant_max_script_bytes: int | None = DEFAULT_TENANT_MAX_SCRIPT_BYTES
+    """Source bytes one tenant holds loaded (the same rule as ``tenant_max_scripts``)."""
+    script_cache_bytes: int = DEFAULT_SCRIPT_CACHE_BYTES
+    """Script sources the coordinator keeps in total, across tenants (LRU; a forgotten source is sent
+    again from the caller's handle, or compiled again on the next load)."""
     region_pipeline: int = 2
     """Region calls queued at one worker (1 running + N-1 waiting): hides the round trip."""
     stream_window: int = 16

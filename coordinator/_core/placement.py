@@ -5,10 +5,20 @@ reaped.  The choice: a worker with room (inline pipeline depth, threaded capacit
 affinity (no source to send), then the least loaded; a region call prefers the worker holding its
 resident entries.  Suspects' calls (``coordinator._core.isolation``) get a worker holding nothing
 else, and one worker is *reserved* (nothing new placed there) while such a call waits.
+
+Tenants: an *offender* (a tenant whose call killed a worker within the strike window,
+``coordinator._core.quarantine``) runs only on workers holding no other tenant's calls, and no
+other tenant's call is placed beside it, so its next crash costs nobody else; while its call waits,
+one worker is reserved for it too (only when there are two or more: a one-worker pool keeps serving
+the others, and the offender waits for the worker to empty).  While other tenants have calls
+waiting, a tenant already holding its fair share of the workers' slots (slots / tenants present)
+gets no new placement (``tenant_fair_share``); ``tenant_max_inflight`` is a fixed cap on top.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -18,6 +28,8 @@ from coordinator._core.workers import Placement, WorkerProcess, WorkerState
 if TYPE_CHECKING:
     from coordinator._core.calls import Call
     from coordinator._core.config import PoolConfig
+    from coordinator._core.quarantine import Quarantine
+    from coordinator._core.queue import FairQueue
 
 __all__ = ["Placements"]
 
@@ -25,8 +37,10 @@ __all__ = ["Placements"]
 class Placements:
     """Placement records by worker identity, the ACTIVE ones in order, and attempts per tenant."""
 
-    def __init__(self, config: PoolConfig) -> None:
-        self._config = config
+    def __init__(
+        self, config: PoolConfig, queue: FairQueue | None = None, quarantine: Quarantine | None = None
+    ) -> None:
+        self._config, self._queue, self._quarantine = config, queue, quarantine
         self._by_identity: dict[bytes, Placement] = {}
         self.active: list[Placement] = []
         self.per_tenant: Counter[str] = Counter()
@@ -63,12 +77,16 @@ class Placements:
 
     def pick(self, call: Call) -> Placement | None:
         """The best ACTIVE worker for ``call`` now, or ``None`` if none has room (or its tenant is capped)."""
-        cap = self._config.tenant_max_inflight
-        if cap is not None and self.per_tenant[call.tenant] >= cap:
+        if self._capped(call.tenant):
             return None
+        now = time.monotonic()
+        offenders = self._quarantine is not None and self._quarantine.offenders > 0
+        apart = offenders and self._offender(call.tenant, now)
         key, best, best_score = (call.handle.kind, call.handle.sha256), None, None
         for worker in self.active:
-            if worker.alone or (worker.attempts if call.alone else worker.reserved):
+            if worker.alone or (worker.attempts if call.alone else worker.reserved and not apart):
+                continue
+            if offenders and not self._may_share(worker, call.tenant, apart, now):
                 continue
             if call.inline:
                 depth = len(worker.inline)
@@ -84,11 +102,50 @@ class Placements:
                 best, best_score = worker, score
         return best
 
-    def reserve(self, suspect_waiting: bool) -> None:
-        """While a suspect's call waits, keep one worker (the least busy) draining for it."""
+    def _capped(self, tenant: str) -> bool:
+        """At ``tenant_max_inflight``, or (while others wait) at its fair share."""
+        held, cap = self.per_tenant[tenant], self._config.tenant_max_inflight
+        if cap is not None and held >= cap:
+            return True
+        return self._config.tenant_fair_share and held >= self._fair_share(tenant)
+
+    def _fair_share(self, tenant: str) -> float:
+        """Slots / tenants present, while another tenant that could be placed has a call waiting."""
+        if self._queue is None or not self._queue:
+            return math.inf
+        cap = self._config.tenant_max_inflight
+        waiting = {c.tenant for c in self._queue.heads() if cap is None or self.per_tenant[c.tenant] < cap}
+        waiting.discard(tenant)
+        if not waiting:
+            return math.inf
+        present = len(waiting | self.per_tenant.keys() | {tenant})
+        slots = sum(w.process.capacity + self._config.region_pipeline for w in self.active)
+        return max(1, slots // present)
+
+    def _offender(self, tenant: str, now: float) -> bool:
+        return self._quarantine is not None and self._quarantine.offender(tenant, now)
+
+    def _may_share(self, worker: Placement, tenant: str, apart: bool, now: float) -> bool:
+        """An offender's call only beside its own calls; nobody's call beside an offender's."""
+        others = {a.call.tenant for a in worker.attempts.values()} - {tenant}
+        if apart:
+            return not others
+        return not any(self._offender(other, now) for other in others)
+
+    def reserve(self, suspect_waiting: bool | None = None) -> None:
+        """While a suspect's call (or an offender's, given two workers or more) waits, keep one worker
+        (the least busy) draining for it.  ``None``: look at the queue's heads."""
+        if suspect_waiting is None:
+            suspect_waiting = self._apart_waiting()
         reserved = [w for w in self.active if w.reserved]
         if not suspect_waiting:
             for worker in reserved:
                 worker.reserved = False
         elif not reserved and (candidates := [w for w in self.active if not w.alone]):
             min(candidates, key=lambda w: len(w.attempts)).reserved = True
+
+    def _apart_waiting(self) -> bool:
+        if self._queue is None or not self._queue:
+            return False
+        now, several = time.monotonic(), len(self.active) > 1
+        return any(c.alone or (several and self._offender(c.tenant, now)) for c in self._queue.heads())

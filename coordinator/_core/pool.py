@@ -39,6 +39,7 @@ from coordinator._core.dispatcher import Dispatcher
 from coordinator._core.fleet import Fleet
 from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from coordinator._core.handles import ScriptHandle, sha256_of
+from coordinator._core.quotas import ScriptBook
 from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.workers import WorkerProcess, WorkerState
@@ -95,7 +96,12 @@ class Pool:
         self.config = config if config is not None else PoolConfig(**options)
         self._nodes = nodes
         self._ids = itertools.count(1)
-        self._handles: dict[tuple[str, str], ScriptHandle] = {}
+        c = self.config
+        self._scripts = ScriptBook(
+            max_scripts=c.tenant_max_scripts,
+            max_bytes=c.tenant_max_script_bytes,
+            cache_bytes=c.script_cache_bytes,
+        )
         self._tasks: asyncio.TaskGroup | None = None
         self._closed = False
         self.endpoint = ""
@@ -184,16 +190,20 @@ class Pool:
         """Compile ``source`` in a worker and return its handle; ``CompileError``/``MissingFunction`` on failure.
 
         The compile runs as ``tenant``'s call: it is scheduled, capped and struck like the tenant's others.
+        The script counts against the tenant's loaded-script quotas (``ScriptQuotaExceeded``).
         """
-        sha = sha256_of(source)
-        handle = self._handles.get((kind, sha))
-        if handle is None or handle.name != name:
+        sha, size = sha256_of(source), len(source.encode("utf-8", "surrogatepass"))
+        running = self._dispatcher.inflight.values()
+        busy = {(c.handle.kind, c.handle.sha256) for c in running if c.tenant == tenant}
+        self._scripts.make_room(tenant, (kind, sha), size, busy)
+        handle = self._scripts.lookup((kind, sha), name)
+        if handle is None:
             probe = ScriptHandle(sha, name, Kind(kind), (), source)
             result = await self._run(probe, Op.LOAD, "", [], timeout, tenant, None)
             functions = outcomes.described_functions(result.value)  # the dispatcher refused anything else
             assert functions is not None
             handle = ScriptHandle(sha, name, Kind(kind), functions, source)
-            self._handles[(kind, sha)] = handle
+        self._scripts.admit(tenant, handle, size)
         missing = [(fn, arity) for fn, arity in require if not handle.has_function(fn, arity)]
         if missing:
             raise MissingFunction(missing, name=name, sha=sha)

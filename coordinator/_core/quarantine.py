@@ -77,7 +77,7 @@ class Quarantine:
     def __init__(self, policy: RetryPolicy, *, tenant_strikes: int | None = None) -> None:
         self._window = policy.window
         self._scripts = _Breaker(policy.strikes, policy.window, policy.quarantine)
-        tenant_threshold = 2 * policy.strikes if tenant_strikes is None else tenant_strikes
+        tenant_threshold = tenant_strikes or policy.tenant_strikes or 2 * policy.strikes
         self._tenants = _Breaker(tenant_threshold, policy.window, policy.quarantine)
         self._offenders: dict[str, float] = {}
 

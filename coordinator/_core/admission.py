@@ -1,0 +1,91 @@
+"""Whether the pool takes a tenant's call at all: quarantine, then the per-tenant call quotas.
+
+Checked once, when a call is submitted, before it can queue or run; each refusal is its own typed
+error (``coordinator.errors``), so a caller can tell "your script keeps crashing" from "you have too
+many calls out" from "you used your CPU for this minute".  What a tenant may hold *at workers* at
+once (``tenant_max_inflight``, the fair share) is a placement rule instead: those calls wait their
+turn rather than fail (``coordinator._core.placement``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from coordinator._core import outcomes
+from coordinator._core.quotas import CpuLedger
+from coordinator.errors import (
+    Quarantined,
+    QuotaExceeded,
+    ScriptTimeout,
+    TooManyCallsInFlight,
+    TooManyCallsQueued,
+)
+
+if TYPE_CHECKING:
+    from coordinator._core.calls import Call
+    from coordinator._core.config import PoolConfig
+    from coordinator._core.quarantine import Quarantine
+    from coordinator.errors import CallFailed
+
+__all__ = ["Admission"]
+
+
+class Admission:
+    """Per-tenant admission: quarantine, calls in flight, calls queued, CPU-seconds per minute."""
+
+    def __init__(self, config: PoolConfig, quarantine: Quarantine) -> None:
+        self._config, self._quarantine = config, quarantine
+        self.cpu = CpuLedger(config.tenant_cpu_seconds_per_minute)
+        self._outstanding: Counter[str] = Counter()
+        """Calls of each tenant accepted and not yet settled (queued or at a worker)."""
+
+    def refuse(self, call: Call, now: float, placed: int) -> CallFailed | QuotaExceeded | None:
+        """Why ``call`` may not enter the pool (``placed``: its tenant's calls at workers), or ``None``."""
+        tenant = call.tenant
+        quarantined = self._quarantine.check(call.handle.sha256, now, tenant=tenant)
+        if quarantined is not None:
+            until, cause = quarantined
+            what = "tenant" if cause.startswith("tenant ") else "script"
+            msg = f"{what} quarantined for another {until - now:.1f} s after repeatedly killing workers ({cause})"
+            return Quarantined(msg, until=until, cause=cause, **outcomes.fields(call, None))
+        try:
+            self.cpu.check(tenant, now)
+        except QuotaExceeded as refused:
+            return refused
+        outstanding, config = self._outstanding[tenant], self._config
+        if config.tenant_max_calls is not None and outstanding >= config.tenant_max_calls:
+            return TooManyCallsInFlight(
+                f"{outstanding} calls unfinished (quota {config.tenant_max_calls})",
+                tenant=tenant, quota="calls_in_flight", limit=config.tenant_max_calls,
+            )  # fmt: skip
+        queued = outstanding - placed
+        if config.tenant_max_queued is not None and queued >= config.tenant_max_queued:
+            return TooManyCallsQueued(
+                f"{queued} calls waiting for a worker (quota {config.tenant_max_queued})",
+                tenant=tenant, quota="calls_queued", limit=config.tenant_max_queued,
+            )  # fmt: skip
+        return None
+
+    def admitted(self, call: Call) -> None:
+        self._outstanding[call.tenant] += 1
+
+    def settled(self, call: Call, now: float) -> None:
+        """``call`` ended: it no longer counts, and what it ran is charged to its tenant's CPU."""
+        self._outstanding[call.tenant] -= 1
+        if self._outstanding[call.tenant] <= 0:
+            del self._outstanding[call.tenant]
+        self.cpu.charge(call.tenant, self._cost(call), now)
+
+    @staticmethod
+    def _cost(call: Call) -> float:
+        """CPU the worker measured; for an inline call that ran into its deadline, the whole timeout
+        (it held its worker's loop thread that long).  Other failures are charged nothing: the
+        operation budget bounds what they spent, and a threaded call mostly waited on HTTP."""
+        future = call.future
+        if future.cancelled():
+            return 0.0
+        failure = future.exception()
+        if failure is None:
+            return float(future.result().cpu)
+        return call.timeout if call.inline and isinstance(failure, ScriptTimeout) else 0.0
