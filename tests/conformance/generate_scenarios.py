@@ -1,7 +1,9 @@
 """Write the region oracle scenarios (every edge of SPEC §1) into ``scenarios/``: ``<name>.rhai`` and
 ``<name>.scenario.json`` (§4.1 format).  The ``<name>.reference.json`` files beside them are the reference
 runtime's measured output; regenerate them with the oracle (``docs/differences.md``, "How to rerun")."""
-import json, os, sys
+import json
+import os
+import sys
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
 os.makedirs(OUT, exist_ok=True)

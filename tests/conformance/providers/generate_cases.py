@@ -1,5 +1,6 @@
 """Provider oracle cases (cases.json): the seed's and the reference's groq scripts, and scripts that exercise every host function, response field, error map and stream shape."""
-import json, sys
+import json
+import sys
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), "cases.json")
 BASE_REQ = {
@@ -184,5 +185,6 @@ case("load_import", "@inline", source='fn initialize(config) { #{} }\nfn inferen
 case("load_eval", "@inline", source='fn initialize(config) { #{} }\nfn inference(state, request) { eval("1") }\n')
 case("state_not_shared", "@inline", source='fn initialize(config) { #{ n: 1 } }\nfn inference(state, request) { state.n += 1; #{ content: `${state.n}` } }\n', ops=("inference", "inference"))
 
-json.dump(CASES, open(OUT, "w"), indent=1, ensure_ascii=False)
+with open(OUT, "w") as fh:
+    json.dump(CASES, fh, indent=1, ensure_ascii=False)
 print(len(CASES), "cases")
