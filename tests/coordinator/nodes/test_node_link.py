@@ -42,8 +42,8 @@ async def cluster(
 ) -> AsyncIterator[tuple[Pool, NodeListener, dict[str, NodeProcess]]]:
     listener = NodeListener("tcp://127.0.0.1:*", keys.coordinator_secret, keys.authorized, LinkSettings())
     nodes: dict[str, NodeProcess] = {}
-    async with Pool(PoolConfig(workers=0, spares=0, **config), nodes=listener) as pool:
-        try:
+    try:
+        async with Pool(PoolConfig(workers=0, spares=0, **config), nodes=listener) as pool:
             for name in names:
                 nodes[name] = NodeProcess(listener.endpoint, keys, name, workers)
             expected = {name: workers for name in names}
@@ -51,9 +51,9 @@ async def cluster(
                 lambda: active_by_node(pool, listener) == expected, JOIN_TIMEOUT, f"{expected} ACTIVE"
             )
             yield pool, listener, nodes
-        finally:
-            for node in nodes.values():
-                node.close()
+    finally:  # after the pool: it SHUTDOWNs the nodes' workers through the link, then RESETs the nodes
+        for node in nodes.values():
+            node.close()
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:
