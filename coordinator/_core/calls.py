@@ -11,7 +11,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from coordinator.errors import CallFailed, Cancelled
 from proto import Kind, Op
@@ -22,7 +22,20 @@ if TYPE_CHECKING:
     from coordinator._core.handles import ScriptHandle
     from coordinator._core.workers import Placement
 
-__all__ = ["Attempt", "Call", "CallResult", "CallStream", "HostHandler", "InvalidChunk", "Resident"]
+__all__ = [
+    "MIN_ATTEMPT_TIME",
+    "Attempt",
+    "Call",
+    "CallResult",
+    "CallStream",
+    "HostHandler",
+    "InvalidChunk",
+    "Resident",
+]
+
+
+MIN_ATTEMPT_TIME: Final = 0.01
+"""Seconds of its timeout a call needs left to be tried (again); a CALL cannot carry a zero timeout."""
 
 
 class HostHandler(Protocol):
@@ -204,6 +217,11 @@ class Call:
     def time_left(self, now: float) -> float:
         """Seconds of its ``timeout`` not yet used (the whole of it before its first start)."""
         return self.timeout if self.deadline is None else self.deadline - now
+
+    def attempt_timeout(self, now: float) -> float:
+        """The engine deadline a new attempt is sent with: the timeout as asked the first time (the
+        wire refuses one it cannot carry), then what is left of it, never below a sendable minimum."""
+        return self.timeout if self.deadline is None else max(self.deadline - now, MIN_ATTEMPT_TIME)
 
     def finish(self, outcome: CallResult | CallFailed | BaseException) -> bool:
         """Resolve the call; ``False`` if it already had an outcome."""

@@ -147,7 +147,7 @@ class Dispatcher(Events):
         wire = next(self._wire_ids)
         source = None if key in worker.scripts else handle.source
         message = CallMessage(
-            wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.time_left(now), call.tenant,
+            wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.attempt_timeout(now), call.tenant,
             handle.name, source, self._config.stream_window,
             None if call.resident is None else call.resident.wire(worker.id),
         )  # fmt: skip

@@ -22,9 +22,9 @@ one re-run, not all of them.
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from coordinator._core.calls import CallResult
+from coordinator._core.calls import MIN_ATTEMPT_TIME, CallResult
 from coordinator.errors import (
     CallFailed,
     Cancelled,
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from coordinator._core.workers import Placement
 
 __all__ = [
-    "MIN_RERUN_TIME",
     "after_death",
     "blame",
     "death_error",
@@ -61,8 +60,6 @@ __all__ = [
 ]
 
 _EXTERNAL = (-signal.SIGKILL, -signal.SIGTERM)
-MIN_RERUN_TIME: Final = 0.01
-"""A re-run needs at least this much of its timeout left (a zero timeout cannot even be sent)."""
 
 
 def fields(call: Call, worker: Placement | None) -> dict[str, Any]:
@@ -223,7 +220,7 @@ def after_death(
     why_not = why_not or ("pool closing" if closing else "")
     if why_not:
         return death_error(call, worker, blamed=False, why_not_rerun=why_not)
-    if call.time_left(now) < MIN_RERUN_TIME:
+    if call.time_left(now) < MIN_ATTEMPT_TIME:
         return out_of_time(call, worker)
     return None
 

@@ -25,6 +25,8 @@ from coordinator._core.pool import Pool
 from coordinator.egress import Egress, EgressPolicy, EnvResolver
 from coordinator.errors import ScriptTimeout, WorkerLost
 from coordinator.providers.host import ProviderHost
+from proto import Call as CallMessage
+from proto import decode
 
 PROVIDER = """
 fn quiet(url) {
@@ -213,5 +215,33 @@ def test_a_call_survives_the_loss_of_every_worker_at_once() -> None:
             stats = pool.statistics()
             assert stats.retries >= 1 and stats.exits == 3 and stats.calls_failed == 0
             assert not doomed & {w.pid for w in pool.workers()}
+
+    run(scenario())
+
+
+def test_a_rerun_still_waiting_for_a_worker_when_its_timeout_ends_is_never_sent() -> None:
+    """No spare: the re-run waits for a cold start, which outlasts what is left of the timeout."""
+
+    async def scenario() -> None:
+        async with Pool(workers=1, spares=0) as pool:
+            handle = await pool.load(SCRIPT, name="s.rhai")
+            sent: list[str] = []
+            send_frames = pool._router.send_frames
+
+            def counting(identity: bytes, frames: list[bytes]) -> bool:
+                message = decode(frames)
+                if isinstance(message, CallMessage):
+                    sent.append(message.fn)
+                return send_frames(identity, frames)
+
+            pool._router.send_frames = counting  # type: ignore[method-assign]
+            task = asyncio.ensure_future(pool.call(handle, "sleepy", 30, "late", timeout=1.0))
+            pid = await running_pid(pool, "sleepy")
+            await asyncio.sleep(0.95)
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(ScriptTimeout, match="deadline"):
+                await task
+            assert sent == ["sleepy"]  # tried once; the re-run ran out of time in the queue
+            assert await pool.call(handle, "add", 1, 2) == 3
 
     run(scenario())
