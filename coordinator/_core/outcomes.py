@@ -202,10 +202,12 @@ def may_rerun(call: Call, max_retries: int, *, counts: bool = True) -> str:
 def reached(attempt: Attempt, now: float, heartbeat: float) -> bool:
     """Whether the CALL reached a live worker: only then does losing it count against ``max_retries``.
 
-    A worker that died within one heartbeat of the send without a word since had (almost surely)
-    been killed already: the pidfd check before the send cannot see a SIGKILL still in progress.
+    A worker that died within one heartbeat of the send, having sent nothing for this call (no host
+    call, no chunk), had (almost surely) been killed already: the pidfd check before the send cannot
+    see a SIGKILL still in progress.  (Any message would not do: a heartbeat may be in flight.)
     """
-    return attempt.worker.process.last_seen > attempt.sent_at or now - attempt.sent_at > heartbeat
+    said_something = attempt.host_seq > 0 or attempt.next_chunk > 0
+    return said_something or now - attempt.sent_at > heartbeat
 
 
 def after_death(

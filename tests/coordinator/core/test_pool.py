@@ -114,9 +114,8 @@ def test_affinity_sends_source_once_per_worker() -> None:
             handle = await pool.load(SCRIPT, name="s.rhai")
             await asyncio.gather(*(pool.call(handle, "add", i, i) for i in range(200)))
             assert sum(calls.values()) == 201 and pool.statistics().exits == 0
-            assert set(sources.values()) == {1}  # one source per worker that ran anything
-            assert set(sources) == {ident for ident, n in calls.items() if n}
-            assert 1 <= len(sources) <= 2
+            # both workers ran calls (pipeline depth comes before affinity), each got the source once
+            assert len(calls) == 2 and sorted(sources.values()) == [1, 1]
 
     run(scenario())
 
