@@ -135,6 +135,7 @@ class NodeListener:
         self._stack = contextlib.ExitStack()
         self._sock: zmq.Socket[bytes] | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._scheduled = False
 
     @classmethod
     def from_config(cls, config: NodesConfig, settings: LinkSettings | None = None) -> NodeListener:
@@ -190,18 +191,27 @@ class NodeListener:
     # -- sending -------------------------------------------------------------
     def _send(self, node: _Node, message: NodeMessage) -> bool:
         node.last_sent = time.monotonic()
-        return self._sock is not None and wire.send(self._sock, [node.session, encode_node(message)])
+        return self._send_frames([node.session, encode_node(message)])
+
+    def _send_frames(self, frames: list[bytes]) -> bool:
+        """Send, then look for input: zmq's FD is edge-triggered and a send can consume the edge."""
+        if self._sock is None:
+            return False
+        sent = wire.send(self._sock, frames)
+        if not self._scheduled and wire.pending(self._sock):
+            self._scheduled = True
+            self._loop.call_soon(self._on_readable)
+        return sent
 
     def _reset(self, session: bytes, why: str) -> None:
-        if self._sock is not None:
-            wire.send(self._sock, [session, encode_node(Reset(why))])
+        self._send_frames([session, encode_node(Reset(why))])
 
     def _relay(self, identity: bytes, frames: list[bytes]) -> bool:
         """``Router.relays`` hook: an RHP frame for a node's worker."""
         node = self._owner.get(identity)
-        if node is None or self._sock is None:
+        if node is None:
             return False
-        return wire.send(self._sock, [node.session, identity, *frames])
+        return self._send_frames([node.session, identity, *frames])
 
     def kill(self, identity: bytes) -> None:
         node = self._owner.get(identity)
@@ -210,6 +220,7 @@ class NodeListener:
 
     # -- receiving -----------------------------------------------------------
     def _on_readable(self) -> None:
+        self._scheduled = False
         if self._sock is None:
             return
         batch = wire.receive(self._sock)
@@ -218,7 +229,12 @@ class NodeListener:
                 self._on_frames(frames)
             except Exception:  # ours; still, nothing may escape into the event loop
                 log.exception("node link message handling failed")
-        if len(batch) == wire.MAX_BATCH or wire.pending(self._sock):
+        if (
+            not self._scheduled
+            and self._sock is not None
+            and (len(batch) == wire.MAX_BATCH or wire.pending(self._sock))
+        ):
+            self._scheduled = True
             self._loop.call_soon(self._on_readable)
 
     def _on_frames(self, frames: list[bytes]) -> None:
