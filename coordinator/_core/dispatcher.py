@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator._core import outcomes
+from coordinator._core.admission import Admission
 from coordinator._core.calls import Attempt, Call, InvalidChunk
 from coordinator._core.config import PoolConfig
 from coordinator._core.hostcalls import HostBridge, Spawn
@@ -39,7 +40,7 @@ from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.waiting import Changes
 from coordinator._core.workers import Placement, WorkerProcess
-from coordinator.errors import CallFailed, Overloaded, PoolClosed, Quarantined
+from coordinator.errors import CallFailed, Overloaded, PoolClosed
 from proto import (
     FROM_WORKER,
     Cancel,
@@ -74,7 +75,8 @@ class Dispatcher(Events):
         self._suspects = Suspects(config.retry.window)
         self._host = HostBridge(router.send_frames, spawn, config.stream_window)
         self._wire_ids = itertools.count(1)
-        self.placements = Placements(config)
+        self.placements = Placements(config, self._queue, self._quarantine)
+        self._admission = Admission(config, self._quarantine)
         self.supervisor = supervise(self)
         self.closing = False
         self.inflight: dict[int, Call] = {}
@@ -89,11 +91,8 @@ class Dispatcher(Events):
         if self.closing:
             call.finish(PoolClosed("the pool is closed"))
             return
-        quarantined = self._quarantine.check(call.handle.sha256, now)
-        if quarantined is not None:
-            until, cause = quarantined
-            msg = f"script quarantined for another {until - now:.1f} s after repeatedly killing workers ({cause})"
-            call.finish(Quarantined(msg, until=until, cause=cause, **outcomes.fields(call, None)))
+        if refused := self._admission.refuse(call, now, self.placements.per_tenant[call.tenant]):
+            call.finish(refused)  # quarantined, or over one of its tenant's quotas
             return
         if len(self._queue) >= self._config.queue_size:
             full = f"queue full ({self._config.queue_size} calls waiting)"
@@ -105,12 +104,14 @@ class Dispatcher(Events):
         call.enqueued_at = now
         call.alone = call.alone or self._suspects.isolate(call.handle.sha256, now)
         self.inflight[call.id] = call
+        self._admission.admitted(call)
         call.future.add_done_callback(lambda _: self._settled(call))
         if self._queue or not self._place(call):
             self._queue.push(call)
 
     def _settled(self, call: Call) -> None:
         self.inflight.pop(call.id, None)
+        self._admission.settled(call, time.monotonic())
         self.settled.notify()
         if call.future.cancelled() or call.future.exception() is not None:
             self.failed += 1
@@ -140,7 +141,7 @@ class Dispatcher(Events):
                 if call.done or self._place(call):  # its caller gave up while it waited
                     self._queue.pop(call)
                     progress = True
-        self.placements.reserve(bool(self._queue) and any(call.alone for call in self._queue.heads()))
+        self.placements.reserve()
 
     def _send_attempt(self, call: Call, worker: Placement) -> None:
         handle, key, now = call.handle, (call.handle.kind, call.handle.sha256), time.monotonic()
@@ -347,9 +348,9 @@ class Dispatcher(Events):
             call = attempt.call
             if call.done:
                 continue
-            why = worker.process.exit_reason
-            if attempt is blamed and self._quarantine.strike(call.handle.sha256, now, why):
-                log.warning("script %s quarantined: %s", call.handle.name, why)
+            why, tenant = worker.process.exit_reason, call.tenant
+            if attempt is blamed and self._quarantine.strike(call.handle.sha256, now, why, tenant=tenant):
+                log.warning("tenant %r's script %s quarantined: %s", tenant, call.handle.name, why)
             failure = outcomes.after_death(attempt, attempt is blamed, self._config, self.closing, now)
             if failure is not None:
                 call.finish(failure)
