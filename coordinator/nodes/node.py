@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ from proto.nodes import (
     encode_node,
 )
 
-__all__ = ["Node", "NodeSettings"]
+__all__ = ["Node", "NodeSettings", "run_all", "split_workers"]
 
 log = logging.getLogger("coordinator.nodes")
 
@@ -323,3 +324,35 @@ class Node:
                 os.kill(child.process.pid, signal.SIGKILL)
             child.process.wait()
             self._forget(child)
+
+
+def split_workers(total: int, coordinators: int) -> list[int]:
+    """``total`` workers shared out over the coordinators joined (each gets at least one)."""
+    share, extra = divmod(total, coordinators)
+    return [max(1, share + (i < extra)) for i in range(coordinators)]
+
+
+def run_all(nodes: list[Node]) -> int:
+    """Serve several coordinators at once (one thread each); SIGTERM/SIGINT drain every one, then return.
+
+    A fleet shared by coordinators that each own a shard of the tenants: one node process, one session
+    and its own workers per coordinator, each coordinator seeing only its share.
+    """
+
+    def stop_all(*_: Any) -> None:
+        for node in nodes:
+            node.stop()
+
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
+    codes: list[int] = []
+    threads = [
+        threading.Thread(target=lambda n=node: codes.append(n.run()), name=f"node-{i}")
+        for i, node in enumerate(nodes)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)  # wake up for signals: they run on the main thread
+    return max(codes, default=0)

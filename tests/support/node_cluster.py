@@ -57,11 +57,13 @@ class NodeProcess:
     """``rhaipool node --join ...`` as a child process (optionally inside ``prefix``, e.g. ``ip netns exec``)."""
 
     def __init__(
-        self, join: str, keys: Keys, name: str, workers: int = 2, prefix: Sequence[str] = (),
+        self, join: str | Sequence[str], keys: Keys, name: str, workers: int = 2, prefix: Sequence[str] = (),
         secret: Path | None = None,
     ) -> None:  # fmt: skip
         self.name = name
-        command = [*prefix, sys.executable, "-m", "coordinator", "node", "--join", join]
+        joins = [join] if isinstance(join, str) else list(join)
+        command = [*prefix, sys.executable, "-m", "coordinator", "node"]
+        command += [arg for each in joins for arg in ("--join", each)]
         command += ["--secret-key", str(secret or keys.node_secrets[name]), "--server-key"]
         command += [str(keys.coordinator_public), "--workers", str(workers), "--name", name]
         self.process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True)

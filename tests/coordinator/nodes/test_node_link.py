@@ -140,3 +140,30 @@ def test_a_node_with_an_unknown_or_revoked_key_is_refused(keys: Keys, case: str)
             assert nodes[name].process.poll() is None  # it keeps trying (backing off), it does not crash
 
     run(scenario)
+
+
+def test_two_coordinators_share_one_node(keys: Keys) -> None:
+    """Tenants sharded over coordinators, one fleet: the node joins both and splits its workers."""
+
+    async def scenario() -> None:
+        a = NodeListener("tcp://127.0.0.1:*", keys.coordinator_secret, keys.authorized)
+        b = NodeListener("tcp://127.0.0.1:*", keys.coordinator_secret, keys.authorized)
+        config = PoolConfig(workers=0, spares=0)
+        node: NodeProcess | None = None
+        try:
+            async with Pool(config, nodes=a) as pool_a, Pool(config, nodes=b) as pool_b:
+                node = NodeProcess([a.endpoint, b.endpoint], keys, "n1", workers=2)
+                for pool, listener in ((pool_a, a), (pool_b, b)):
+                    await wait_for(
+                        lambda p=pool, l=listener: active_by_node(p, l) == {"n1": 1}, JOIN_TIMEOUT, "1 each"
+                    )
+                for pool in (pool_a, pool_b):
+                    handle = await pool.load(HOOK)
+                    assert await asyncio.gather(*(pool.call(handle, "f", i) for i in range(20))) == list(
+                        range(1, 21)
+                    )
+        finally:
+            if node is not None:
+                node.close()
+
+    run(scenario)
