@@ -229,6 +229,15 @@ def bench_service(ctx: click.Context) -> None:
     run(ctx.args)
 
 
+@bench.command("nodes", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_nodes(ctx: click.Context) -> None:
+    """A local pool vs a coordinator with 2 nodes in network namespaces (root; --calls, --json)."""
+    from coordinator.bench.nodes import main as run
+
+    run(ctx.args)
+
+
 @bench.command("binding", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_binding(ctx: click.Context) -> None:
