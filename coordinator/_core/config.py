@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -127,6 +128,9 @@ class PoolConfig:
     script_cache_bytes: int = DEFAULT_SCRIPT_CACHE_BYTES
     """Script sources the coordinator keeps in total, across tenants (LRU; a forgotten source is sent
     again from the caller's handle, or compiled again on the next load)."""
+    dedicated_workers: Mapping[str, int] = field(default_factory=dict)
+    """Tenants that get workers of their own, and how many (taken out of ``workers``, which must
+    keep at least one shared): their calls run only there, and nobody else's does."""
     region_pipeline: int = 2
     """Region calls queued at one worker (1 running + N-1 waiting): hides the round trip."""
     stream_window: int = 16

@@ -13,6 +13,8 @@ one worker is reserved for it too (only when there are two or more: a one-worker
 the others, and the offender waits for the worker to empty).  While other tenants have calls
 waiting, a tenant already holding its fair share of the workers' slots (slots / tenants present)
 gets no new placement (``tenant_fair_share``); ``tenant_max_inflight`` is a fixed cap on top.
+A tenant with dedicated workers (``coordinator._core.dedicated``) runs on those only, and nobody
+else runs there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from coordinator._core.dedicated import Owners
 from coordinator._core.workers import Placement, WorkerProcess, WorkerState
 
 if TYPE_CHECKING:
@@ -42,6 +45,7 @@ class Placements:
     ) -> None:
         self._config, self._queue, self._quarantine = config, queue, quarantine
         self._by_identity: dict[bytes, Placement] = {}
+        self.owners = Owners(config.dedicated_workers, config.worker_count)
         self.active: list[Placement] = []
         self.per_tenant: Counter[str] = Counter()
         """Attempts at workers per tenant (``tenant_max_inflight``)."""
@@ -52,11 +56,13 @@ class Placements:
     def add(self, process: WorkerProcess) -> None:
         """``process`` was promoted to ACTIVE."""
         self._by_identity.setdefault(process.identity, Placement(process))
+        self.owners.assign(process.identity)
         self.refresh()
 
     def remove(self, process: WorkerProcess) -> Placement | None:
         """``process`` was reaped: its record, with what it still held."""
         placement = self._by_identity.pop(process.identity, None)
+        self.owners.release(process.identity)
         self.refresh()
         return placement
 
@@ -87,6 +93,8 @@ class Placements:
             if worker.alone or (worker.attempts if call.alone else worker.reserved and not apart):
                 continue
             if offenders and not self._may_share(worker, call.tenant, apart, now):
+                continue
+            if self.owners and self.owners.owner(worker.identity) != self._owner_of(call.tenant):
                 continue
             if call.inline:
                 depth = len(worker.inline)
@@ -122,6 +130,10 @@ class Placements:
         slots = sum(w.process.capacity + self._config.region_pipeline for w in self.active)
         return max(1, slots // present)
 
+    def _owner_of(self, tenant: str) -> str | None:
+        """The owner a worker must have to take ``tenant``'s call: the tenant itself, or nobody."""
+        return tenant if self.owners.dedicated(tenant) else None
+
     def _offender(self, tenant: str, now: float) -> bool:
         return self._quarantine is not None and self._quarantine.offender(tenant, now)
 
@@ -141,7 +153,9 @@ class Placements:
         if not suspect_waiting:
             for worker in reserved:
                 worker.reserved = False
-        elif not reserved and (candidates := [w for w in self.active if not w.alone]):
+        elif not reserved and (
+            candidates := [w for w in self.active if not w.alone and self.owners.owner(w.identity) is None]
+        ):
             min(candidates, key=lambda w: len(w.attempts)).reserved = True
 
     def _apart_waiting(self) -> bool:
