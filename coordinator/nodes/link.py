@@ -270,6 +270,9 @@ class NodeListener:
         if not SUPPORTED_VERSIONS.intersection(message.versions):
             self._reset(session, "no common protocol version")
             return
+        if self._supervisor.closing:
+            self._reset(session, "the coordinator is closing")
+            return
         node = _Node(session, message.name, message.workers, message.pid, time.monotonic())
         self._nodes[session] = node
         self.joined += 1
@@ -301,6 +304,10 @@ class NodeListener:
 
     def _adopt(self, node: _Node, message: Spawned) -> None:
         identity = message.worker
+        if self._supervisor.closing:  # a replacement while the pool stops its workers: end the session
+            self._send(node, Reset("the coordinator is closing"))
+            self._expire(node, "reset: the coordinator is closing")
+            return
         if identity in self._supervisor.workers or len(node.workers) >= node.capacity + node.capacity:
             self._send(node, KillWorker(identity))  # a clash or a runaway node: not ours
             return
