@@ -23,8 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 from node_cluster import Keys, NodeProcess, active_by_node, make_keys, wait_for
 
 from coordinator import Pool, PoolConfig
+from coordinator.egress import Egress, EgressPolicy, EnvResolver
+from coordinator.errors import WorkerLost
 from coordinator.nodes.keys import revoke
 from coordinator.nodes.link import LinkSettings, NodeListener
+from coordinator.providers.host import ProviderHost
 
 HOOK = "fn f(x) { x + 1 }"
 SLOW = "fn slow(s, v) { sleep(s); v }"
@@ -163,5 +166,36 @@ def test_two_coordinators_share_one_node(keys: Keys) -> None:
         finally:
             if node is not None:
                 node.close()
+
+    run(scenario)
+
+
+def test_a_provider_call_whose_request_left_is_not_rerun_when_its_node_dies(keys: Keys) -> None:
+    """The delivery rule across nodes: the request reached the upstream once, so the call fails, once."""
+
+    async def scenario() -> None:
+        connections = 0
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            try:
+                await reader.read()  # answers nothing
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        async with server, cluster(keys) as (pool, listener, nodes), Egress() as egress:
+            handle = await pool.load("fn hang(url) { http_get(url) }", name="p.rhai", kind="provider")
+            policy = EgressPolicy.build("p", egress_allow=("127.0.0.1",))
+            host = ProviderHost(egress, policy, EnvResolver.build("p"))
+            task = asyncio.ensure_future(pool.call(handle, "hang", url, host=host, timeout=30))
+            await wait_for(lambda: connections == 1, 20, "the request reached the server")
+            holder = next(w for w in pool.workers() if w.running)
+            nodes[listener.worker_nodes[holder.id]].signal(signal.SIGKILL)
+            with pytest.raises(WorkerLost, match="host call already sent a request"):
+                await task
+            assert host.sent and connections == 1 and pool.statistics().retries == 0
 
     run(scenario)
