@@ -121,9 +121,12 @@ class Placements:
         """Slots / tenants present, while another tenant that could be placed has a call waiting."""
         if self._queue is None or not self._queue:
             return math.inf
-        cap = self._config.tenant_max_inflight
-        waiting = {c.tenant for c in self._queue.heads() if cap is None or self.per_tenant[c.tenant] < cap}
-        waiting.discard(tenant)
+        cap, queued = self._config.tenant_max_inflight, self._queue.tenants()
+        waiting = (
+            queued - {tenant}
+            if cap is None
+            else {t for t in queued if t != tenant and self.per_tenant[t] < cap}
+        )
         if not waiting:
             return math.inf
         present = len(waiting | self.per_tenant.keys() | {tenant})

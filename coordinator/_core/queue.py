@@ -9,7 +9,7 @@ most (longest-queue drop): a flood costs the flooder, never a quiet tenant.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, KeysView
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,6 +43,10 @@ class FairQueue:
         """Every queued call, tenant by tenant."""
         for fifo in list(self._tenants.values()):
             yield from list(fifo)
+
+    def tenants(self) -> KeysView[str]:
+        """The tenants with calls waiting (a live view)."""
+        return self._tenants.keys()
 
     def heads(self) -> Iterator[Call]:
         """Each tenant's oldest call, in rotation order (the next tenant to serve first)."""
