@@ -1,15 +1,22 @@
-"""Benchmark: inferences through the pool vs plain ``httpx.AsyncClient`` against the same slow local API.
+"""Benchmark: inferences through the pool vs a raw-socket client and plain httpx, same server, same run.
 
-The stand-in API runs in its own process and answers every chat completion after ``--delay`` seconds.
-In the same run, N concurrent callers drive it (a) with a plain ``httpx.AsyncClient`` posting the same
-body the seed's groq script builds, and (b) through the pool running the unmodified groq script.
+The stand-in API runs in its own process and answers after ``--delay`` seconds. At each concurrency
+(default 64, 256 and 1 024 callers) three clients drive it in turn: raw sockets (the server's
+ceiling), plain httpx (``baselines.py``: how it is kept healthy) and the pool running a provider
+script. The default shape is the reference's: a mock provider whose ``inference`` makes one
+``http_get`` to the latency server; ``--shape groq`` runs the seed's groq script (one POST) instead.
 Run with::
 
-    python -m coordinator.bench.providers [--concurrency 256] [--calls 2048] [--delay 0.1] \
-        [--workers 4] [--json]
+    rhaipool bench providers [--concurrency 64,256,1024] [--calls 2048] [--delay 0.1] [--workers 4]
+        [--shape reference|groq] [--json]
 
-Prints throughput of both and their ratio, p50/p99 latency, p50 added latency per call measured one
-call at a time, and the total memory (RSS) of coordinator + workers.
+Prints, per concurrency and side: throughput, p50/p99, CPU per call, new connections per 1 000
+calls, the baselines' health; for the pool also its CPU split (coordinator, workers), the CPU it
+adds beyond plain httpx's request, peak PSS of coordinator + workers, and the memory each extra
+in-flight call costs. The egress per-tenant request cap is lifted (a host measuring one tenant's
+throughput sets it so); each worker runs the pool's default number of provider calls at once
+(``--capacity``: 64, each a thread with its own stack under the worker's address-space limit), so
+beyond workers x capacity callers the rest wait in the coordinator's queue.
 """
 
 from __future__ import annotations
@@ -18,197 +25,138 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-import psutil
-
-from coordinator.providers.config import parse_config
 from coordinator._cli.demo import GROQ_SCRIPT
-from coordinator.providers.runtime import ProviderRuntime
+from coordinator._core.config import Limits
+from coordinator.bench.baselines import (
+    Call,
+    HttpShape,
+    Run,
+    drive,
+    health,
+    plain_httpx,
+    raw_sockets,
+    server_stats,
+)
+from coordinator.bench.measure import CpuClock, PeakSampler, load_average, pss_bytes
+from coordinator.egress.budgets import EgressLimits
+from coordinator.providers.config import parse_config
 from coordinator.providers.session import open_runtime
 
-__all__ = ["main", "run_benchmark", "Side"]
+__all__ = ["main", "run_benchmark"]
 
+MOCK_SCRIPT = """
+fn initialize(config) { #{ url: config.base_url } }
+fn inference(state, request) { #{ content: http_get(state.url + "/models") } }
+"""
+"""The reference benchmark's provider: one brokered GET per inference, nothing else."""
 MESSAGES = [{"role": "user", "content": "Reply with exactly: PONG"}]
+_GROQ_BODY = {"model": "standin-small", "messages": MESSAGES, "max_tokens": 16, "temperature": 0.7}
+SHAPES = {
+    "reference": ("mock", MOCK_SCRIPT, HttpShape("GET", "/models")),
+    "groq": ("groq", None, HttpShape("POST", "/chat/completions", json.dumps(_GROQ_BODY).encode())),
+}
 
 
-@dataclass(frozen=True, slots=True)
-class Side:
-    """One side's figures."""
-
-    calls: int
-    seconds: float
-    throughput: float
-    p50_ms: float
-    p99_ms: float
-    sequential_p50_ms: float
+def _calls(args: argparse.Namespace, concurrency: int) -> int:
+    return max(int(args.calls), 4 * concurrency)
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+async def _measure(
+    one: Call, concurrency: int, calls: int, base_url: str, exclude: tuple[int, ...]
+) -> tuple[Run, int, float, float]:
+    """A warm-up round (connections open), then the run: (run, new connections, coordinator CPU, workers CPU)."""
+    await drive(one, concurrency, concurrency)
+    before = await server_stats(base_url)
+    clock = CpuClock(exclude)
+    clock.start()
+    run = await drive(one, concurrency, calls)
+    cpu = clock.stop()
+    after = await server_stats(base_url)
+    new = after["connections"] - before["connections"] - 1  # the stats request's own connection
+    return run, new, cpu.coordinator, cpu.workers
 
 
-async def _drive(one: Callable[[], Awaitable[Any]], concurrency: int, calls: int, sequential: int) -> Side:
-    """``calls`` calls by ``concurrency`` workers, then ``sequential`` calls one at a time."""
-    latencies: list[float] = []
-    remaining = iter(range(calls))
-
-    async def worker() -> None:
-        for _ in remaining:
-            t0 = time.perf_counter()
-            await one()
-            latencies.append(time.perf_counter() - t0)
-
-    start = time.perf_counter()
-    async with asyncio.TaskGroup() as tasks:
-        for _ in range(concurrency):
-            tasks.create_task(worker())
-    elapsed = time.perf_counter() - start
-    solo = []
-    for _ in range(sequential):
-        t0 = time.perf_counter()
-        await one()
-        solo.append(time.perf_counter() - t0)
-    return Side(calls, elapsed, calls / elapsed, _pct(latencies, 0.5), _pct(latencies, 0.99), _pct(solo, 0.5))
+def _side(run: Run, new_connections: int, cpu: float, ceiling: float | None) -> dict[str, Any]:
+    return {
+        "throughput": run.throughput,
+        "p50_ms": run.p50_ms,
+        "p99_ms": run.p99_ms,
+        "calls": run.calls,
+        "load": load_average(),
+        **health(run, new_connections, cpu, ceiling),
+    }
 
 
-async def _plain(base_url: str, args: argparse.Namespace) -> Side:
-    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        one = _plain_one(client, base_url)
-        await one()
-        return await _drive(one, args.concurrency, args.calls, args.sequential)
-
-
-async def _raw(base_url: str, args: argparse.Namespace) -> Side:
-    """The server's ceiling: hand-written HTTP/1.1 over asyncio streams, one keep-alive socket per caller."""
-    host_port = base_url.split("/")[2]
-    host, port = host_port.rsplit(":", 1)
-    body = json.dumps({"model": "standin-small", "messages": MESSAGES}).encode()
-    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s" % (
-        host_port.encode(),
-        len(body),
-        body,
-    )
-    sockets: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-
-    async def one() -> None:
-        reader, writer = sockets.pop() if sockets else await asyncio.open_connection(host, int(port))
-        writer.write(request)
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length")
-        )
-        await reader.readexactly(length)
-        sockets.append((reader, writer))
-
-    try:
-        return await _drive(one, args.concurrency, args.calls, args.sequential)
-    finally:
-        for _, writer in sockets:
-            writer.close()
-
-
-def _memory(server_pid: int) -> int:
-    """Proportional set size (shared pages split, so the sum is honest) of this process and its children,
-    minus the stand-in server; RSS where PSS is not available."""
-    me = psutil.Process()
-    procs = [me] + [c for c in me.children(recursive=True) if c.pid != server_pid]
-    total = 0
-    for proc in procs:
-        try:
-            info = proc.memory_full_info()
-            total += getattr(info, "pss", info.rss)
-        except psutil.Error:
-            pass
-    return total
-
-
-async def _interleaved(
-    plain: Callable[[], Awaitable[Any]], pooled: Callable[[], Awaitable[Any]], n: int
-) -> float:
-    """Median of (pool − plain) latency over ``n`` back-to-back pairs: robust to load on a shared machine."""
-    deltas = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        await plain()
-        t1 = time.perf_counter()
-        await pooled()
-        t2 = time.perf_counter()
-        deltas.append((t2 - t1) - (t1 - t0))
-    return statistics.median(deltas) * 1000
-
-
-def _plain_one(client: httpx.AsyncClient, base_url: str) -> Callable[[], Awaitable[None]]:
-    body = json.dumps({"model": "standin-small", "messages": MESSAGES, "max_tokens": 16, "temperature": 0.7})
-    headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
-
-    async def one() -> None:
-        response = await client.post(f"{base_url}/chat/completions", content=body, headers=headers)
-        assert json.loads(response.text)["choices"][0]["message"]["content"] == "PONG"
-
-    return one
-
-
-async def _pooled(base_url: str, args: argparse.Namespace, server_pid: int) -> tuple[Side, int, float]:
+@asynccontextmanager
+async def _pool_call(base_url: str, args: argparse.Namespace) -> AsyncIterator[Call]:
+    name, source, _ = SHAPES[args.shape]
     with tempfile.TemporaryDirectory(prefix="rhaipool-bench-") as tmp:
-        Path(tmp, "groq.rhai").write_text(GROQ_SCRIPT.read_text())
+        Path(tmp, f"{name}.rhai").write_text(source if source is not None else GROQ_SCRIPT.read_text())
         config = parse_config(
             {
                 "providers_dir": tmp,
                 "model_providers": {
-                    "groq": {"api_key": "bench", "base_url": base_url, "egress_allow": ["127.0.0.1"]}
+                    name: {"api_key": "bench", "base_url": base_url, "egress_allow": ["127.0.0.1"]}
                 },
             }
         )
-        async with open_runtime(config, workers=args.workers, spares=0) as runtime:
+        limits = EgressLimits(tenant_requests=None)
+        options: dict[str, Any] = {} if args.capacity is None else {"provider_capacity": args.capacity}
+        if args.address_space_gb is not None:
+            options["limits"] = Limits(memory_bytes=int(args.address_space_gb * 2**30))
+        async with open_runtime(
+            config, workers=args.workers, spares=0, egress_limits=limits, **options
+        ) as runtime:
             request = {"model": "standin-small", "messages": MESSAGES, "max_tokens": 16}
 
             async def one() -> None:
-                response = await runtime.inference("groq", request)
-                assert response.content == "PONG"
+                await runtime.inference(name, request)
 
-            await _warm(runtime, one, args.workers * 4)
-            sampler = _Sampler(lambda: _memory(server_pid))
-            async with asyncio.TaskGroup() as tasks:
-                task = tasks.create_task(sampler.run())
-                try:
-                    side = await _drive(one, args.concurrency, args.calls, args.sequential)
-                finally:
-                    task.cancel()
-            async with httpx.AsyncClient(timeout=60) as client:
-                added = await _interleaved(_plain_one(client, base_url), one, args.sequential)
-            return side, sampler.peak, added
+            await runtime.get(name)
+            await asyncio.gather(*(one() for _ in range(args.workers * 4)))
+            yield one
 
 
-class _Sampler:
-    """Samples memory every 200 ms and keeps the peak."""
+async def _pool(base_url: str, args: argparse.Namespace, server_pid: int) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    async with _pool_call(base_url, args) as one:
+        for concurrency in args.concurrency:
+            sampler = PeakSampler(lambda: pss_bytes(exclude=(server_pid,)))
+            sampling = asyncio.create_task(sampler.run())
+            try:
+                run, conns, coordinator, workers = await _measure(
+                    one, concurrency, _calls(args, concurrency), base_url, (server_pid,)
+                )
+            finally:
+                sampling.cancel()
+            side = _side(run, conns, coordinator + workers, None)
+            side["coordinator_cpu_ms_per_call"] = coordinator / run.calls * 1000
+            side["workers_cpu_ms_per_call"] = workers / run.calls * 1000
+            side["peak_pss_mb"] = sampler.peak / 2**20
+            out[concurrency] = side
+    return out
 
-    def __init__(self, measure: Callable[[], int]) -> None:
-        self.measure = measure
-        self.peak = 0
 
-    async def run(self) -> None:
-        while True:
-            self.peak = max(self.peak, self.measure())
-            await asyncio.sleep(0.2)
-
-
-async def _warm(runtime: ProviderRuntime, one: Callable[[], Awaitable[None]], n: int) -> None:
-    await runtime.get("groq")
-    await asyncio.gather(*(one() for _ in range(n)))
+async def _baseline(
+    make: Any, base_url: str, args: argparse.Namespace, server_pid: int, ceiling: dict[int, float] | None
+) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for concurrency in args.concurrency:
+        client: AbstractAsyncContextManager[Call] = make(concurrency)
+        async with client as one:
+            run, conns, mine, _ = await _measure(
+                one, concurrency, _calls(args, concurrency), base_url, (server_pid,)
+            )
+        out[concurrency] = _side(run, conns, mine, None if ceiling is None else ceiling[concurrency])
+    return out
 
 
 def _start_server(delay: float) -> tuple[subprocess.Popen[str], str]:
@@ -223,58 +171,89 @@ def _start_server(delay: float) -> tuple[subprocess.Popen[str], str]:
 
 
 async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    """Both sides against one server process; returns the figures."""
+    """Pool first (so nothing else inflates its memory), then the raw ceiling, then plain httpx."""
+    shape = SHAPES[args.shape][2]
     proc, base_url = _start_server(args.delay)
     try:
-        pooled, memory, added = await _pooled(base_url, args, proc.pid)  # first: nothing else inflates memory
-        raw = await _raw(base_url, args)
-        plain = await _plain(base_url, args)
+        load_before = load_average()
+        pool = await _pool(base_url, args, proc.pid)
+        raw = await _baseline(lambda c: raw_sockets(base_url, shape), base_url, args, proc.pid, None)
+        ceiling = {c: raw[c]["throughput"] for c in args.concurrency}
+        plain = await _baseline(lambda c: plain_httpx(base_url, shape, c), base_url, args, proc.pid, ceiling)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    levels = sorted(args.concurrency)
+    for c in levels:
+        pool[c]["of_ceiling"] = pool[c]["throughput"] / ceiling[c]
+        pool[c]["of_plain"] = pool[c]["throughput"] / plain[c]["throughput"]
+        pool[c]["of_ideal"] = pool[c]["throughput"] / (c / args.delay)
+        pool[c]["added_cpu_ms_per_call"] = pool[c]["cpu_ms_per_call"] - plain[c]["cpu_ms_per_call"]
+    growth = None
+    if len(levels) > 1:
+        low, high = levels[-2], levels[-1]
+        growth = (pool[high]["peak_pss_mb"] - pool[low]["peak_pss_mb"]) * 1024 / (high - low)
     return {
+        "shape": args.shape,
         "delay_ms": args.delay * 1000,
-        "concurrency": args.concurrency,
         "workers": args.workers,
-        "ceiling": asdict(raw),
-        "plain": asdict(plain),
-        "pool": asdict(pooled),
-        "throughput_ratio": pooled.throughput / plain.throughput,
-        "added_p50_ms": added,
-        "memory_mb": memory / 2**20,
+        "load_before": load_before,
+        "load_after": load_average(),
+        "cpus": os.cpu_count(),
+        "raw": raw,
+        "plain": plain,
+        "pool": pool,
+        "kb_per_extra_in_flight_call": growth,
     }
 
 
-def _print(result: dict[str, Any]) -> None:
-    p, q = result["plain"], result["pool"]
-    print(
-        f"{result['concurrency']} concurrent callers, API delay {result['delay_ms']:.0f} ms, "
-        f"{result['workers']} workers"
+def _line(label: str, side: dict[str, Any]) -> str:
+    verdict = "" if "healthy" not in side or side["healthy"] else "  UNHEALTHY: " + "; ".join(side["why_not"])
+    ceiling = "" if side.get("of_ceiling") is None else f" {side['of_ceiling']:4.0%} of ceiling"
+    return (
+        f"  {label:<12} {side['throughput']:7.0f} calls/s{ceiling}  p50 {side['p50_ms']:6.1f} ms  "
+        f"p99 {side['p99_ms']:7.1f} ms  CPU {side['cpu_ms_per_call']:5.2f} ms/call  "
+        f"new conns {side['new_connections_per_1000']:5.1f}/1000  load {side['load']:.1f}{verdict}"
     )
-    for label, side in (("raw sockets", result["ceiling"]), ("plain httpx", p), ("pool+groq.rhai", q)):
+
+
+def _print(r: dict[str, Any]) -> None:
+    print(
+        f"shape {r['shape']}, API delay {r['delay_ms']:.0f} ms, {r['workers']} workers, "
+        f"{r['cpus']} CPUs, load {r['load_before']:.1f} -> {r['load_after']:.1f}"
+    )
+    for c in r["pool"]:
+        p, q = r["plain"][c], r["pool"][c]
+        print(f"{c} concurrent callers (latency-bound ideal {c * 1000 / r['delay_ms']:.0f} calls/s)")
+        print(_line("raw sockets", r["raw"][c]))
+        print(_line("plain httpx", p))
+        print(_line("pool", q))
+        ratio = f"{q['of_plain']:.0%}" if p["healthy"] else "n/a (baseline unhealthy)"
         print(
-            f"  {label:<15} {side['throughput']:8.1f} calls/s  p50 {side['p50_ms']:7.1f} ms  "
-            f"p99 {side['p99_ms']:7.1f} ms  sequential p50 {side['sequential_p50_ms']:6.2f} ms"
+            f"    pool/plain {ratio}  pool/ideal {q['of_ideal']:.0%}  CPU coordinator "
+            f"{q['coordinator_cpu_ms_per_call']:.2f} + workers {q['workers_cpu_ms_per_call']:.2f} ms/call, "
+            f"added beyond plain httpx {q['added_cpu_ms_per_call']:.2f} ms  peak PSS {q['peak_pss_mb']:.0f} MB"
         )
-    print(
-        f"  throughput ratio pool/plain: {result['throughput_ratio']:.1%}   (target >= 60%); "
-        f"pool/raw-socket ceiling: {q['throughput'] / result['ceiling']['throughput']:.1%}"
-    )
-    print(
-        f"  added p50 latency per call:  {result['added_p50_ms']:.2f} ms  (target <= 2 ms; median of "
-        "interleaved one-at-a-time pairs)"
-    )
-    print(f"  memory coordinator+workers:  {result['memory_mb']:.0f} MB peak PSS  (target <= 400 MB)")
+    if r["kb_per_extra_in_flight_call"] is not None:
+        print(f"memory per extra in-flight call: {r['kb_per_extra_in_flight_call']:.0f} KB")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description="pool vs plain httpx against a slow local API")
-    parser.add_argument("--concurrency", type=int, default=256)
-    parser.add_argument("--calls", type=int, default=2048)
-    parser.add_argument("--sequential", type=int, default=100)
+    parser = argparse.ArgumentParser(
+        description="pool vs raw sockets and plain httpx against a slow local API"
+    )
+    parser.add_argument(
+        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 1024]
+    )
+    parser.add_argument("--calls", type=int, default=2048, help="calls per level (at least 4 x concurrency)")
     parser.add_argument("--delay", type=float, default=0.1)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--capacity", type=int, default=None, help="provider calls at once per worker")
+    parser.add_argument(
+        "--address-space-gb", type=float, default=None, help="each worker's RLIMIT_AS (default: the pool's)"
+    )
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="reference")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = asyncio.run(run_benchmark(args))

@@ -27,6 +27,7 @@ __all__ = [
     "MODELS",
     "Reply",
     "Request",
+    "STATS_PATH",
     "StandinServer",
 ]
 
@@ -34,6 +35,8 @@ MODELS = [
     {"id": "standin-small", "object": "model", "context_window": 8192},
     {"id": "standin-large", "object": "model", "context_window": 131072},
 ]
+STATS_PATH = "/_standin/stats"
+"""``GET`` answers ``{"connections": accepted so far, "requests": served so far}`` at once."""
 _USE_TOOL = re.compile(r"\buse (\w+)")
 
 
@@ -205,8 +208,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 1024
+    request_queue_size = 4096  # a burst of 1 024 connects must not overflow the backlog (SYN retries: 1 s, 3 s, ...)
     owner: StandinServer
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Count every accepted connection: clients that reuse connections keep this near the caller count."""
+        self.owner.connections_accepted += 1
+        super().process_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up early is normal here (timeouts, cancelled streams)."""
@@ -219,6 +227,8 @@ class StandinServer:
         self.delay = delay
         self.stream_pause = stream_pause
         self.requests: list[Request] = []
+        self.connections_accepted = 0
+        self.requests_served = 0
         self._routes: list[tuple[str, str, Route]] = []
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", port), _Handler)
@@ -242,6 +252,7 @@ class StandinServer:
     def record(self, request: Request) -> None:
         """Keep the last 1000 requests for assertions."""
         with self._lock:
+            self.requests_served += 1
             self.requests.append(request)
             del self.requests[:-1000]
 
@@ -250,6 +261,9 @@ class StandinServer:
         for method, prefix, handler in self._routes:
             if request.method == method and request.path.startswith(prefix):
                 return handler(request)
+        if request.path == STATS_PATH:  # never delayed: benchmarks read it between runs
+            stats = {"connections": self.connections_accepted, "requests": self.requests_served}
+            return Reply.json(stats)
         if self.delay:
             time.sleep(self.delay)
         if request.method == "GET" and request.path.rstrip("/") == "/v1/models":
