@@ -4,6 +4,8 @@
     listen = "tcp://HOST:PORT"          # the CurveZMQ port nodes join
     secret_key = "FILE"                 # the coordinator's own .key_secret
     authorized_keys = "DIR"             # node public keys admitted (re-read at every handshake)
+    heartbeat = 0.5                     # seconds between heartbeats, both ways (optional)
+    liveness = 2.5                      # seconds of silence before either side gives the other up
 
 Checked when the config is read, so a coordinator with a missing key or directory fails at start-up
 with one line saying which key is wrong, instead of refusing every node later. The same endpoint rule
@@ -37,6 +39,9 @@ class NodesConfig:
     port: int
     secret_key: Path
     authorized_keys: Path
+    heartbeat: float = 0.5
+    liveness: float = 2.5
+    """A node silent this long is expired (checked every 0.1 s: by default within 3 s)."""
 
 
 def parse_tcp_endpoint(value: Any, where: str) -> tuple[str, int]:
@@ -53,6 +58,13 @@ def _path(table: dict[str, Any], key: str, base: Path) -> Path:
         raise NodesConfigError(f"[nodes] {key}", "must be a path")
     path = Path(value).expanduser()
     return path if path.is_absolute() else base / path
+
+
+def _seconds(table: dict[str, Any], key: str, default: float) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+        raise NodesConfigError(f"[nodes] {key}", f"must be seconds in (0, 3600], got {value!r}")
+    return float(value)
 
 
 def _check_secret_key(path: Path) -> None:
@@ -75,7 +87,7 @@ def parse_nodes_config(data: dict[str, Any], base: Path, check_files: bool = Tru
         return None
     if not isinstance(table, dict):
         raise NodesConfigError("[nodes]", "must be a table")
-    unknown = set(table) - {"listen", "secret_key", "authorized_keys"}
+    unknown = set(table) - {"listen", "secret_key", "authorized_keys", "heartbeat", "liveness"}
     if unknown:
         raise NodesConfigError("[nodes]", f"unknown key(s) {', '.join(sorted(unknown))}")
     host, port = parse_tcp_endpoint(table.get("listen"), "[nodes] listen")
@@ -85,7 +97,13 @@ def parse_nodes_config(data: dict[str, Any], base: Path, check_files: bool = Tru
         port=port,
         secret_key=_path(table, "secret_key", base),
         authorized_keys=_path(table, "authorized_keys", base),
+        heartbeat=_seconds(table, "heartbeat", 0.5),
+        liveness=_seconds(table, "liveness", 2.5),
     )
+    if config.liveness <= config.heartbeat:
+        raise NodesConfigError(
+            "[nodes] liveness", "must be longer than heartbeat (several beats may be missed)"
+        )
     if check_files:
         _check_secret_key(config.secret_key)
         if not config.authorized_keys.is_dir():

@@ -138,7 +138,8 @@ class NodeListener:
         self._scheduled = False
 
     @classmethod
-    def from_config(cls, config: NodesConfig, settings: LinkSettings | None = None) -> NodeListener:
+    def from_config(cls, config: NodesConfig) -> NodeListener:
+        settings = LinkSettings(heartbeat=config.heartbeat, liveness=config.liveness)
         return cls(config.listen, config.secret_key, config.authorized_keys, settings)
 
     # -- Fleet ---------------------------------------------------------------

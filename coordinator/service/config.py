@@ -126,7 +126,7 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
         raise ServiceConfigError("[serve] workers and local_workers are the same setting: give one")
     try:
         providers = parse_config(data, base_dir=base)
-        nodes = parse_nodes_config(data, base)
+        nodes = parse_nodes_config(data, base, check_files=False)  # files: load_service_config
     except (ProviderConfigError, NodesConfigError) as exc:
         raise ServiceConfigError(str(exc)) from exc
     if local_workers == 0 and nodes is None:
@@ -158,4 +158,9 @@ def load_service_config(path: Path) -> ServeConfig:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ServiceConfigError(f"cannot read config {path}: {exc}") from exc
     config = parse_service_config(data, path.resolve().parent)
+    if config.nodes is not None:  # at start-up: a missing key fails now, not at every node's handshake
+        try:
+            parse_nodes_config(data, path.resolve().parent, check_files=True)
+        except NodesConfigError as exc:
+            raise ServiceConfigError(str(exc)) from exc
     return replace(config, source=path)

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 from node_cluster import Keys, NodeProcess, make_keys
 from service_support import ServiceProcess, free_port, sha
 
-from coordinator.service.config import ServiceConfigError, parse_service_config
+from coordinator.service.config import ServiceConfigError, load_service_config, parse_service_config
 
 TOKEN = "acme-secret-token"
 
@@ -68,5 +68,24 @@ def test_local_workers_and_nodes_are_read_and_checked(tmp_path: Path) -> None:
         parse("[serve]\nlocal_workers = -1\n", tmp_path)
     with pytest.raises(ServiceConfigError, match="give one"):
         parse("[serve]\nlocal_workers = 1\nworkers = 2\n", tmp_path)
+    missing = tmp_path / "missing.toml"
+    missing.write_text(config_text(keys, 8000, 9000).replace(str(keys.coordinator_secret), "/nonexistent"))
+    parse(missing.read_text(), tmp_path)  # the shape is right: files are checked when the service starts
     with pytest.raises(ServiceConfigError, match="secret_key"):
-        parse(config_text(keys, 8000, 9000).replace(str(keys.coordinator_secret), "/nonexistent"), tmp_path)
+        load_service_config(missing)
+
+
+def test_node_heartbeat_and_liveness_are_configurable(tmp_path: Path) -> None:
+    from coordinator.nodes.link import NodeListener
+
+    keys = make_keys(tmp_path / "keys")
+    text = config_text(keys, 8000, 9000)
+    config = parse(text + "\nheartbeat = 0.2\nliveness = 1.0\n", tmp_path)
+    settings = NodeListener.from_config(config.nodes).settings  # type: ignore[attr-defined]
+    assert (settings.heartbeat, settings.liveness) == (0.2, 1.0)
+    defaults = NodeListener.from_config(parse(text, tmp_path).nodes).settings  # type: ignore[attr-defined]
+    assert (defaults.heartbeat, defaults.liveness) == (0.5, 2.5)  # expired within 3 s
+    with pytest.raises(ServiceConfigError, match="liveness"):
+        parse(text + "\nheartbeat = 1\nliveness = 1\n", tmp_path)
+    with pytest.raises(ServiceConfigError, match="heartbeat"):
+        parse(text + "\nheartbeat = 0\n", tmp_path)
