@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from coordinator._cli.main import main
 
-_BENCH = {"bench regions", "bench providers", "bench service", "bench binding", "bench pool"}
+_BENCH = {"bench regions", "bench providers", "bench service", "bench binding", "bench pool", "bench nodes"}
 """Benchmarks forward their arguments to their own parsers; they are not user commands with --json errors."""
 
 
@@ -42,6 +42,7 @@ def _bad_inputs(tmp: Path) -> dict[str, list[str]]:
         "keys list": ["--json", "--no-such-option"],
         "keys revoke": [str(tmp), "--json"],
         "serve": ["--json"],
+        "node": ["--json"],
         "status": ["--json", "--no-such-option"],
     }
 
