@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import msgpack
 
+from proto.values import pack
 from proto.vocabulary import ErrorClass
 from worker.engine import ScriptFailure
 
@@ -105,7 +106,10 @@ class ResidentStore:
         return True
 
     def _sizes(self, items: list[Any]) -> list[int]:
-        return list(map(len, map(self._packer.pack, items)))
+        try:
+            return list(map(len, map(self._packer.pack, items)))
+        except ValueError:  # nested past msgpack's recursion limit: the wire's flattened size instead
+            return [len(pack(item)) for item in items]
 
     def _keep(self, slot: tuple[str, str], held: _Held) -> None:
         self._held[slot] = held

@@ -2,8 +2,8 @@
 //!
 //! This file only declares modules and the `#[pymodule]`; logic lives in
 //! `engine.rs` (engine set-up), `script.rs` (calls), `context.rs` (per-call state),
-//! `convert.rs` (values), `json.rs` (JSON), `host.rs` (Python callables) and
-//! `errors.rs` (the exception mapping).
+//! `convert.rs` (values), `json.rs` (JSON), `host.rs` (Python callables),
+//! `stack.rs` (the stack each call runs on) and `errors.rs` (the exception mapping).
 
 mod context;
 mod convert;

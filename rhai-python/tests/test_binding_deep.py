@@ -12,7 +12,6 @@ import sys
 import textwrap
 
 import pytest
-
 import rhai
 from rhai_helpers import run
 
@@ -23,6 +22,9 @@ COMMON = {"max_call_levels": 64, "max_expr_depth": 128, "max_function_expr_depth
 # Each builds one kind of deep structure until a limit stops it (or `n` levels), keeping it alive in scope.
 ATTACKS = {
     "closure_chain": "let f = || 0; for i in 0..n { let g = f; f = || g.call() + 1; } 0",
+    "closure_chain_unrolled": (
+        "let f = || 0; for i in 0..n { let a = f; let b = || a; let c = || b; let d = || c; let e = || d; f = || e; } 0"
+    ),
     "closure_chain_returned": "let f = || 0; for i in 0..n { let g = f; f = || g; } f",
     "curry_chain": "let f = |a, b| a; for i in 0..n { f = (|x, y| x).curry(f); } 0",
     "fnptr_chain": 'let f = Fn("id"); for i in 0..n { f = Fn("id").curry(Fn("id").curry(f)); } 0',
@@ -43,7 +45,7 @@ RUNNER = textwrap.dedent(
     outcome = []
     def go():
         try:
-            value = script.call("main", n, timeout=30)
+            value = script.call("main", n, timeout=15)
             outcome.append("value " + type(value).__name__)
             del value
         except rhai.RhaiError as exc:
@@ -156,6 +158,8 @@ def test_a_returned_closure_chain_is_freed_on_a_small_stack() -> None:
         print("freed", len(holder))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.strip() == "freed 0"
