@@ -96,16 +96,22 @@ class Hello:
     workers: int
     pid: int
     versions: list[int]
+    group: str = ""
+    """The node group (``rhaipool node --group``) a tenant's dedicated workers may be pinned to."""
 
     def to_body(self) -> dict[str, Any]:
-        return {"name": self.name, "workers": self.workers, "pid": self.pid, "versions": self.versions}
+        body = {"name": self.name, "workers": self.workers, "pid": self.pid, "versions": self.versions}
+        return {**body, "group": self.group}
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Hello:
         versions = s.req_list(body, "versions")
         if not versions or len(versions) > 16 or any(type(v) is not int for v in versions):
             raise MalformedMessage("field 'versions' must be a short non-empty array of int")
-        return cls(_text(body, "name"), _count(body, "workers", 1), s.req_int(body, "pid"), versions)
+        group = s.opt_str(body, "group") or ""
+        if len(group) > 128:
+            raise MalformedMessage("field 'group' longer than 128 characters")
+        return cls(_text(body, "name"), _count(body, "workers", 1), s.req_int(body, "pid"), versions, group)
 
 
 @dataclass(frozen=True, slots=True)

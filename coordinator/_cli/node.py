@@ -55,12 +55,14 @@ def _check_keys(secret_key: Path, server_key: Path) -> None:
     help="Workers to run [default: one per CPU], shared out over the coordinators joined.",
 )  # fmt: skip
 @click.option("--name", default=None, help="How the coordinator names this node [default: the host name].")
+@click.option("--group", default="", help="Node group: tenants' dedicated workers may be pinned to one.")
 def node(
     joins: tuple[str, ...],
     secret_key: Path,
     server_keys: tuple[Path, ...],
     workers: int | None,
     name: str | None,
+    group: str,
 ) -> None:
     """Join a coordinator over CurveZMQ and run sandboxed workers for it; SIGTERM drains, then leaves."""
     if len(server_keys) not in (1, len(joins)):
@@ -77,7 +79,7 @@ def node(
     shares = split_workers(total, len(joins))
     runners = [
         Node(NodeSettings(join=join, secret_key=secret_key, server_key=server_key, workers=share,
-                          name=name or socket.gethostname()))
+                          name=name or socket.gethostname(), group=group))
         for join, server_key, share in zip(joins, keys, shares, strict=True)
     ]  # fmt: skip
     raise SystemExit(run_all(runners))

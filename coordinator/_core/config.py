@@ -131,6 +131,9 @@ class PoolConfig:
     dedicated_workers: Mapping[str, int] = field(default_factory=dict)
     """Tenants that get workers of their own, and how many (taken out of ``workers``, which must
     keep at least one shared): their calls run only there, and nobody else's does."""
+    dedicated_node_groups: Mapping[str, str] = field(default_factory=dict)
+    """Tenants (of ``dedicated_workers``) whose own workers are taken only from nodes of this group
+    (``rhaipool node --group``), not out of ``workers``; no other dedicated tenant takes from a group."""
     region_pipeline: int = 2
     """Region calls queued at one worker (1 running + N-1 waiting): hides the round trip."""
     stream_window: int = 16

@@ -45,7 +45,7 @@ class Placements:
     ) -> None:
         self._config, self._queue, self._quarantine = config, queue, quarantine
         self._by_identity: dict[bytes, Placement] = {}
-        self.owners = Owners(config.dedicated_workers, config.worker_count)
+        self.owners = Owners(config.dedicated_workers, config.worker_count, config.dedicated_node_groups)
         self.active: list[Placement] = []
         self.per_tenant: Counter[str] = Counter()
         """Attempts at workers per tenant (``tenant_max_inflight``)."""
@@ -56,7 +56,7 @@ class Placements:
     def add(self, process: WorkerProcess) -> None:
         """``process`` was promoted to ACTIVE."""
         self._by_identity.setdefault(process.identity, Placement(process))
-        self.owners.assign(process.identity)
+        self.owners.assign(process.identity, process.remote.group if process.remote is not None else "")
         self.refresh()
 
     def remove(self, process: WorkerProcess) -> Placement | None:

@@ -48,6 +48,8 @@ class RemoteProcess(Protocol):
     """
 
     node: str
+    group: str
+    """The node's group (``rhaipool node --group``): where a tenant's dedicated workers may be pinned."""
     pid: int
     returncode: int | None
     stderr: IO[bytes] | None

@@ -80,6 +80,7 @@ class RemoteWorker:
     pid: int
     link: NodeListener
     identity: bytes
+    group: str = ""
     returncode: int | None = None
     stderr: IO[bytes] | None = None
     rss: int = 0
@@ -98,6 +99,7 @@ class _Node:
     capacity: int
     pid: int
     last_heard: float
+    group: str = ""
     last_sent: float = 0.0
     workers: dict[bytes, RemoteWorker] = field(default_factory=dict)
     draining: bool = False
@@ -114,6 +116,7 @@ class NodeInfo:
     draining: bool
     relayed: int
     """RHP frames received from its workers."""
+    group: str = ""
 
 
 class NodeListener:
@@ -186,7 +189,8 @@ class NodeListener:
     # -- introspection -------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         return [
-            NodeInfo(n.name, n.capacity, len(n.workers), n.draining, n.relayed) for n in self._nodes.values()
+            NodeInfo(n.name, n.capacity, len(n.workers), n.draining, n.relayed, n.group)
+            for n in self._nodes.values()
         ]
 
     # -- sending -------------------------------------------------------------
@@ -274,7 +278,7 @@ class NodeListener:
         if self._supervisor.closing:
             self._reset(session, "the coordinator is closing")
             return
-        node = _Node(session, message.name, message.workers, message.pid, time.monotonic())
+        node = _Node(session, message.name, message.workers, message.pid, time.monotonic(), message.group)
         self._nodes[session] = node
         self.joined += 1
         settings = self.settings
@@ -312,7 +316,7 @@ class NodeListener:
         if identity in self._supervisor.workers or len(node.workers) >= node.capacity + node.capacity:
             self._send(node, KillWorker(identity))  # a clash or a runaway node: not ours
             return
-        remote = RemoteWorker(node.name, message.pid, self, identity)
+        remote = RemoteWorker(node.name, message.pid, self, identity, node.group)
         node.workers[identity] = remote
         self._owner[identity] = node
         self._router.relays[identity] = self._relay

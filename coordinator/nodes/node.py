@@ -77,6 +77,8 @@ class NodeSettings:
     server_key: Path
     workers: int = field(default_factory=lambda: max(1, len(os.sched_getaffinity(0))))
     name: str = field(default_factory=socket.gethostname)
+    group: str = ""
+    """Node group: a tenant's dedicated workers may be pinned to one (``PoolConfig.dedicated_node_groups``)."""
     backoff_max: float = 5.0
     """Longest pause between two attempts to join."""
     welcome_timeout: float = 5.0
@@ -166,7 +168,7 @@ class Node:
         self._dealer, self._welcome, self._draining = dealer, None, 0.0
         self._heard = self._hello_at = time.monotonic()
         self._beat_at = 0.0
-        self._send(Hello(s.name, s.workers, os.getpid(), sorted(SUPPORTED_VERSIONS)))
+        self._send(Hello(s.name, s.workers, os.getpid(), sorted(SUPPORTED_VERSIONS), s.group))
         self._poller = zmq.Poller()
         self._poller.register(dealer, zmq.POLLIN)
         self._poller.register(self._router, zmq.POLLIN)

@@ -58,7 +58,7 @@ class NodeProcess:
 
     def __init__(
         self, join: str | Sequence[str], keys: Keys, name: str, workers: int = 2, prefix: Sequence[str] = (),
-        secret: Path | None = None,
+        secret: Path | None = None, group: str = "",
     ) -> None:  # fmt: skip
         self.name = name
         joins = [join] if isinstance(join, str) else list(join)
@@ -66,6 +66,7 @@ class NodeProcess:
         command += [arg for each in joins for arg in ("--join", each)]
         command += ["--secret-key", str(secret or keys.node_secrets[name]), "--server-key"]
         command += [str(keys.coordinator_public), "--workers", str(workers), "--name", name]
+        command += ["--group", group] if group else []
         self.process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True)
 
     def signal(self, sig: int) -> None:

@@ -199,3 +199,39 @@ def test_a_provider_call_whose_request_left_is_not_rerun_when_its_node_dies(keys
             assert host.sent and connections == 1 and pool.statistics().retries == 0
 
     run(scenario)
+
+
+def test_a_tenants_dedicated_workers_are_pinned_to_its_node_group(keys: Keys) -> None:
+    async def scenario() -> None:
+        listener = NodeListener("tcp://127.0.0.1:*", keys.coordinator_secret, keys.authorized)
+        config = PoolConfig(
+            workers=0, spares=0, dedicated_workers={"acme": 1}, dedicated_node_groups={"acme": "acme-only"}
+        )
+        nodes: list[NodeProcess] = []
+        try:
+            async with Pool(config, nodes=listener) as pool:
+                nodes.append(NodeProcess(listener.endpoint, keys, "n1", workers=2))  # shared
+                nodes.append(NodeProcess(listener.endpoint, keys, "n2", workers=2, group="acme-only"))
+                want = {"n1": 2, "n2": 2}
+                await wait_for(lambda: active_by_node(pool, listener) == want, JOIN_TIMEOUT, f"{want}")
+                handle = await pool.load(HOOK, tenant="acme")
+                acme = await asyncio.gather(
+                    *(pool.call_detailed(handle, "f", i, tenant="acme") for i in range(40))
+                )
+                other = await pool.load(HOOK, tenant="globex")
+                rest = await asyncio.gather(
+                    *(pool.call_detailed(other, "f", i, tenant="globex") for i in range(40))
+                )
+                acme_workers = {r.worker_id for r in acme}
+                assert len(acme_workers) == 1 and listener.worker_nodes[acme_workers.pop()] == "n2"
+                assert all(r.worker_id not in {a.worker_id for a in acme} for r in rest)
+                assert {listener.worker_nodes[r.worker_id] for r in rest} == {
+                    "n1",
+                    "n2",
+                }  # n2's other is shared
+                assert {n.name: n.group for n in listener.nodes()} == {"n1": "", "n2": "acme-only"}
+        finally:
+            for node in nodes:
+                node.close()
+
+    run(scenario)
