@@ -99,18 +99,22 @@ def test_a_node_killed_mid_load_is_expired_within_3_s_and_every_call_ends_once(k
     run(scenario)
 
 
-def test_sigterm_drains_the_node_without_losing_an_accepted_call(keys: Keys) -> None:
+def test_nodes_join_and_leave_while_calls_flow_and_sigterm_loses_no_accepted_call(keys: Keys) -> None:
     async def scenario() -> None:
         async with cluster(keys) as (pool, listener, nodes):
             handle = await pool.load(SLOW)
-            calls = [asyncio.ensure_future(pool.call(handle, "slow", 0.2, i)) for i in range(24)]
+            calls = [asyncio.ensure_future(pool.call_detailed(handle, "slow", 0.1, i)) for i in range(60)]
             await wait_for(holds_calls(pool, listener, "n1"), 20, "calls running on n1")
-            nodes["n1"].signal(signal.SIGTERM)
+            nodes["n1"].signal(signal.SIGTERM)  # leaves: drains first
+            nodes["n3"] = NodeProcess(listener.endpoint, keys, "n3", workers=2)  # joins meanwhile
             results = await asyncio.gather(*calls, return_exceptions=True)
-            assert results == list(range(24))
+            assert [r.value for r in results] == list(range(60)), results  # type: ignore[union-attr]
             assert await nodes["n1"].wait(20) == 0
             assert pool.statistics().retries == 0  # each finished where it was accepted, none re-ran
-            assert [n.name for n in listener.nodes()] == ["n2"]
+            assert sorted(n.name for n in listener.nodes()) == ["n2", "n3"]
+            await wait_for(lambda: active_by_node(pool, listener)["n3"] == 2, JOIN_TIMEOUT, "n3 joined")
+            late = await asyncio.gather(*(pool.call_detailed(handle, "slow", 0, i) for i in range(40)))
+            assert {listener.worker_nodes[r.worker_id] for r in late} == {"n2", "n3"}
 
     run(scenario)
 
