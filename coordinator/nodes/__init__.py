@@ -1,9 +1,11 @@
 """Nodes: other machines that run workers for this coordinator, over CurveZMQ (ARCHITECTURE §6).
 
-Today this package holds the keys side: key files (:mod:`coordinator.nodes.keys`), the coordinator's
-server-side authenticator over an authorized-keys directory (:mod:`coordinator.nodes.auth`) and the
-``[nodes]`` config table (:mod:`coordinator.nodes.config`). The node process and the coordinator's node
-link build on them.
+Keys: key files (:mod:`coordinator.nodes.keys`), the coordinator's server-side authenticator over an
+authorized-keys directory (:mod:`coordinator.nodes.auth`) and the ``[nodes]`` config table
+(:mod:`coordinator.nodes.config`). On them: the coordinator's end of the link, which a ``Pool`` takes as
+``nodes=NodeListener(...)`` (:mod:`coordinator.nodes.link`), and the node process, ``rhaipool node``
+(:mod:`coordinator.nodes.node`); the wire is ``proto.nodes`` (PROTOCOL.md §14). The core never imports
+this package: its seam is ``coordinator._core.fleet`` and ``coordinator._core.workers.RemoteProcess``.
 """
 
 from __future__ import annotations
@@ -12,12 +14,19 @@ from coordinator.nodes.auth import AuthorizedKeys, curve_authenticator, curve_cl
 from coordinator.nodes.config import NodesConfig, parse_nodes_config
 from coordinator.nodes.errors import KeyExists, KeyFileError, NodesConfigError
 from coordinator.nodes.keys import KeyInfo, generate, list_keys, revoke
+from coordinator.nodes.link import LinkSettings, NodeInfo, NodeListener
+from coordinator.nodes.node import Node, NodeSettings
 
 __all__ = [
     "AuthorizedKeys",
     "KeyExists",
     "KeyFileError",
     "KeyInfo",
+    "LinkSettings",
+    "Node",
+    "NodeInfo",
+    "NodeListener",
+    "NodeSettings",
     "NodesConfig",
     "NodesConfigError",
     "curve_authenticator",
