@@ -219,9 +219,28 @@ class NodeListener:
         return self._send_frames([node.session, identity, *frames])
 
     def kill(self, identity: bytes) -> None:
+        """Ask the node to SIGKILL a worker; unconfirmed within one heartbeat, it is dead to the pool anyway.
+
+        A local kill is noticed within milliseconds (pidfd); a node that is silent or slow must not
+        stretch a call's deadline to the node's expiry, so the caller's timeout still bounds the answer.
+        A late EXITED, or late frames of the worker, are then dropped: it no longer belongs to the node.
+        """
         node = self._owner.get(identity)
         if node is not None:
             self._send(node, KillWorker(identity))
+            self._loop.call_later(self.settings.heartbeat, self._unconfirmed_kill, node, identity)
+
+    def _unconfirmed_kill(self, node: _Node, identity: bytes) -> None:
+        remote = node.workers.pop(identity, None)
+        if remote is None or self._owner.get(identity) is not node:
+            return  # its EXITED came in time (or the node was expired meanwhile)
+        self._forget(identity)
+        process = self._supervisor.workers.get(identity)
+        if process is not None:
+            process.stderr_tail += (
+                f"\nnode {node.name} did not confirm the kill within {self.settings.heartbeat:g} s".encode()
+            )
+            self._supervisor.exited(process, None)
 
     # -- receiving -----------------------------------------------------------
     def _on_readable(self) -> None:

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 
 from node_cluster import Keys, NodeProcess, active_by_node, make_keys, wait_for
 
-from coordinator import Pool, PoolConfig
+from coordinator import Deadlines, Pool, PoolConfig
 from coordinator.egress import Egress, EgressPolicy, EnvResolver
-from coordinator.errors import WorkerLost
+from coordinator.errors import ScriptTimeout, WorkerLost
 from coordinator.nodes.keys import revoke
 from coordinator.nodes.link import LinkSettings, NodeListener
 from coordinator.providers.host import ProviderHost
@@ -237,5 +237,28 @@ def test_a_tenants_dedicated_workers_are_pinned_to_its_node_group(keys: Keys) ->
         finally:
             for node in nodes:
                 node.close()
+
+    run(scenario)
+
+
+def test_the_callers_timeout_bounds_the_answer_when_the_node_goes_silent(keys: Keys) -> None:
+    """Deadline, kill grace, then one heartbeat for the node to confirm the kill, not its 2.5 s expiry."""
+
+    async def scenario() -> None:
+        grace = Deadlines(kill_grace=0.2)
+        async with cluster(keys, names=("n1",), deadlines=grace) as (pool, listener, nodes):
+            handle = await pool.load(SLOW)
+            begun = time.monotonic()
+            task = asyncio.ensure_future(pool.call(handle, "slow", 10, 1, timeout=1.0))
+            await wait_for(holds_calls(pool, listener, "n1"), 20, "the call running on n1")
+            nodes["n1"].signal(signal.SIGSTOP)  # frozen: it can neither answer nor confirm the kill
+            try:
+                with pytest.raises(ScriptTimeout):
+                    await task
+                answered = time.monotonic() - begun
+            finally:
+                nodes["n1"].signal(signal.SIGCONT)
+            bound = 1.0 + 0.2 + listener.settings.heartbeat  # timeout + kill grace + kill confirmation
+            assert answered < bound + 0.6  # scheduling slack; the node's expiry would be past 2.5 s
 
     run(scenario)
