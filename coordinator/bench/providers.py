@@ -72,8 +72,11 @@ def _calls(args: argparse.Namespace, concurrency: int) -> int:
 async def _measure(
     one: Call, concurrency: int, calls: int, base_url: str, exclude: tuple[int, ...]
 ) -> tuple[Run, int, float, float]:
-    """A warm-up round (connections open), then the run: (run, new connections, coordinator CPU, workers CPU)."""
-    await drive(one, concurrency, concurrency)
+    """A warm-up (4 calls per caller: every connection steady state needs is open), then the run.
+
+    Returns (run, new connections during the run, coordinator CPU s, workers CPU s).
+    """
+    await drive(one, concurrency, 4 * concurrency)
     before = await server_stats(base_url)
     clock = CpuClock(exclude)
     clock.start()
@@ -224,7 +227,7 @@ def _print(r: dict[str, Any]) -> None:
     )
     for c in r["pool"]:
         p, q = r["plain"][c], r["pool"][c]
-        print(f"{c} concurrent callers (latency-bound ideal {c * 1000 / r['delay_ms']:.0f} calls/s)")
+        print(f"{c} concurrent callers (latency-bound ideal {int(c) * 1000 / r['delay_ms']:.0f} calls/s)")
         print(_line("raw sockets", r["raw"][c]))
         print(_line("plain httpx", p))
         print(_line("pool", q))
