@@ -123,7 +123,11 @@ class Node:
         self._workdir = tempfile.mkdtemp(prefix="rhaipool-node-")  # 0700: only our workers reach the socket
         self._context = zmq.Context(io_threads=1)
         self._router = self._context.socket(zmq.ROUTER)
-        for option, value in ((zmq.ROUTER_MANDATORY, 1), (zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
+        # MAXMSGSIZE as at the coordinator: an oversized frame from a worker cuts that worker's pipe
+        # here, instead of reaching the coordinator and cutting this node's whole session there
+        limits = ((zmq.ROUTER_MANDATORY, 1), (zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0),
+                  (zmq.MAXMSGSIZE, MAX_BODY_BYTES + 4096))  # fmt: skip
+        for option, value in limits:
             self._router.setsockopt(option, value)
         self._endpoint = f"ipc://{self._workdir}/node.sock"
         self._router.bind(self._endpoint)
