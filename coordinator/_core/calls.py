@@ -52,6 +52,9 @@ class HostHandler(Protocol):
     for it may have left the machine.  Only the handler knows (an ``env_var``
     or a request its policy refused sends nothing), and the pool re-runs a call
     whose worker died only while it is ``False``.
+
+    An optional ``begin_attempt()`` is called as each attempt is sent (the first and every re-run):
+    a handler that records its requests serves a re-run from that record (``providers/journal.py``).
     """
 
     @property

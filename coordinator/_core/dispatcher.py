@@ -164,6 +164,9 @@ class Dispatcher(Events):
         attempt = Attempt(wire, call, worker, sent_at=now)
         worker.attempts[wire] = attempt
         call.attempt = attempt
+        begin = getattr(call.host, "begin_attempt", None)  # optional HostHandler hook (calls.py)
+        if begin is not None:
+            begin()
         if call.inline:
             worker.inline.append(attempt)
             if len(worker.inline) == 1:

@@ -2,21 +2,24 @@
 
 The worker blocks on a HOST_CALL; the pool hands it to :meth:`ProviderHost.call` (or ``stream``), which
 goes through the shared :class:`~coordinator.egress.Egress` under the provider's policy. Failures are
-thrown into the script as the maps of SPEC §3.16 via ``HostCallError``. ``sent`` records whether any
-request left the machine: the re-run rule after a worker death depends on it.
+thrown into the script as the maps of SPEC §3.16 via ``HostCallError``. Every request goes through the
+call's :class:`~coordinator.providers.journal.Journal`, which lives as long as the call, across its
+attempts: a re-run after a worker death is served the requests its dead attempt already sent, so
+``sent`` (read by the re-run rule) is true only for a request that cannot be replayed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.egress import Egress, EgressPolicy, EnvResolver, HostError
 from coordinator.errors import HostCallError
 from coordinator.providers.clock import Clock, MonotonicClock
+from coordinator.providers.journal import Journal
 from coordinator.providers.ratelimit import Backoff429
 from proto.host import BROKERED_FUNCTIONS
 from proto.vocabulary import Kind, rhai_type_name
@@ -55,15 +58,29 @@ class ProviderHost:
     offline: bool = False
     backoff: Backoff429 | None = None
     clock: Clock = field(default_factory=MonotonicClock)
-    sent: bool = False
-    """A request of this call may have left the machine (``HostHandler.sent``): no re-run then."""
     tenant: str = "default"
+    journal: Journal = field(init=False)
+
+    def __post_init__(self) -> None:
+        # a request body and an answer of the largest size allowed: what an inference needs to be replayable
+        self.journal = Journal(limit=2 * self.policy.max_response_bytes)
+
+    @property
+    def sent(self) -> bool:
+        """A request of this call left the machine and a re-run could not be served it from the journal
+        (``HostHandler.sent``): no re-run then."""
+        return self.journal.sent
+
+    def begin_attempt(self) -> None:
+        """The pool starts an attempt of the call (its first, or a re-run after a worker death)."""
+        self.journal.begin_attempt()
+
+    def close(self) -> None:
+        """The call has ended: requests still running for it stop, and its journal is dropped."""
+        self.journal.close()
 
     def _log_fields(self, err: HostError) -> dict[str, Any]:
         return {"provider": self.policy.provider, "tenant": self.tenant, "failure_kind": err.failure_kind}
-
-    def _mark_sent(self) -> None:
-        self.sent = True
 
     def _check(self, name: str, args: list[Any]) -> None:
         """Argument types as the reference registers them; anything else is "function not found"."""
@@ -87,12 +104,16 @@ class ProviderHost:
         return HostCallError(err.value)
 
     async def call(self, name: str, args: list[Any]) -> Any:
-        """One unary host function."""
+        """One unary host function; a request is served from the journal when a re-run repeats it."""
         if name == "env_var":
             return self.env.get(args[0] if args else None)
         if name not in ("http_get", "http_post"):
             raise _not_found(name, args)
         self._check(name, args)
+        return await self.journal.unary(name, args, lambda mark_sent: self._fetch(name, args, mark_sent))
+
+    async def _fetch(self, name: str, args: list[Any], mark_sent: Callable[[], None]) -> Any:
+        """The request itself (run in a task of its own: a worker's death does not cancel it)."""
         assert self.egress is not None
         if name == "http_get":
             method, url, body, headers = "GET", args[0], None, args[1] if len(args) > 1 else {}
@@ -106,7 +127,7 @@ class ProviderHost:
                 body=body,
                 headers=_headers(headers),
                 timeout=self.timeout,
-                on_send=self._mark_sent,
+                on_send=mark_sent,
                 tenant=self.tenant,
             )
         except HostError as err:
@@ -116,10 +137,22 @@ class ProviderHost:
         return text
 
     async def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]:
-        """``stream_request``: SSE payload strings; HTTP errors are raised before any payload."""
+        """``stream_request``: SSE payload strings; HTTP errors are raised before any payload.
+
+        A re-run repeating the request is replayed the events already read, then follows the live stream.
+        """
         if name != "stream_request":
             raise _not_found(name, args)
         self._check(name, args)
+        events = self.journal.stream(
+            name, args, lambda mark_sent: self._events(args, mark_sent), idle=self.timeout
+        )
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            async for payload in events:
+                yield payload
+
+    async def _events(self, args: list[Any], mark_sent: Callable[[], None]) -> AsyncIterator[Any]:
+        """The egress stream, its failures as the maps the script sees."""
         assert self.egress is not None
         url, body, headers = args
         events = self.egress.stream(
@@ -128,7 +161,7 @@ class ProviderHost:
             body=body,
             headers=_headers(headers),
             timeout=self.timeout,
-            on_send=self._mark_sent,
+            on_send=mark_sent,
             tenant=self.tenant,
         )
         try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 from coordinator.egress import Egress
@@ -34,6 +34,7 @@ from coordinator.providers.failures import (
     UnclassifiedProviderError,
 )
 from coordinator.providers.host import ProviderHost
+from coordinator.providers.journal import RerunDiverged
 from coordinator.providers.loader import LoadedProvider, ProviderLoader
 from coordinator.providers.models import Capabilities, ModelInfo, capabilities, parse_models
 from coordinator.providers.ratelimit import Backoff429, RateLimiter
@@ -119,13 +120,29 @@ class ProviderRuntime:
             tenant=tenant,
         )
 
+    @staticmethod
+    @contextlib.contextmanager
+    def _serving(host: ProviderHost) -> Iterator[ProviderHost]:
+        """``host`` lives exactly as long as its call; a re-run that diverged fails the call, whatever
+        the script made of the failed host call."""
+        try:
+            yield host
+            if host.journal.diverged is not None:
+                raise RerunDiverged(host.journal.diverged)
+        except ProviderError as exc:
+            if host.journal.diverged is not None and not isinstance(exc, RerunDiverged):
+                raise RerunDiverged(host.journal.diverged) from exc
+            raise
+        finally:
+            host.close()
+
     async def _call_aside(self, provider: LoadedProvider, fn: str, args: list[Any], tenant: str) -> Any:
         """A non-inference entry point: one call, no retries, the global request timeout."""
         timeout = self.config.request_timeout_secs
-        host = self._host(provider, timeout, None, tenant)
-        return await self.executor.call(
-            provider.handle, fn, [provider.state, *args], host=host, timeout=timeout, tenant=tenant
-        )
+        with self._serving(self._host(provider, timeout, None, tenant)) as host:
+            return await self.executor.call(
+                provider.handle, fn, [provider.state, *args], host=host, timeout=timeout, tenant=tenant
+            )
 
     def capabilities(self, provider: LoadedProvider, model: str) -> Capabilities:
         """Metadata with ``[model_capabilities.<model>]`` overrides."""
@@ -225,10 +242,10 @@ class ProviderRuntime:
         limits = self._limiter(provider)
         if limits is not None:
             await limits[0].acquire()
-        host = self._host(provider, timeout, limits[1] if limits else None, tenant)
-        value = await self.executor.call(
-            provider.handle, "inference", [provider.state, request], host=host, timeout=budget, tenant=tenant
-        )
+        with self._serving(self._host(provider, timeout, limits[1] if limits else None, tenant)) as host:
+            value = await self.executor.call(
+                provider.handle, "inference", [provider.state, request], host=host, timeout=budget, tenant=tenant,
+            )  # fmt: skip
         response = parse_response(value, list(provider.metadata.mime_types))
         if limits is not None:
             limits[0].record_tokens(response.tokens_used.total_tokens)
@@ -297,17 +314,18 @@ class ProviderRuntime:
         )
         most = 0
         try:
-            async for item in emit:
-                if isinstance(item, StreamEnd):
-                    break
-                try:
-                    chunk = parse_chunk(item, rows)
-                except InvalidResponse as exc:
-                    yield exc
-                    continue
-                if chunk.tokens is not None:
-                    most = max(most, chunk.tokens.total_tokens)
-                yield chunk
+            with self._serving(host):
+                async for item in emit:
+                    if isinstance(item, StreamEnd):
+                        break
+                    try:
+                        chunk = parse_chunk(item, rows)
+                    except InvalidResponse as exc:
+                        yield exc
+                        continue
+                    if chunk.tokens is not None:
+                        most = max(most, chunk.tokens.total_tokens)
+                    yield chunk
         except ProviderError as exc:
             yield exc
         finally:

@@ -2,7 +2,9 @@
 
 - the re-run rule reads the host handler's precise record of side effects (``ProviderHost.sent``):
   an ``env_var`` or a request the egress policy refused sends nothing, so such a call is re-run; a
-  request that reached the wire is never sent twice;
+  request that reached the wire is never sent twice: the re-run is served it from the call's journal
+  (awaited while still in flight, answered from the record once finished, errors and stream events
+  included), and a re-run that asks for a different request fails without sending it;
 - a stream that has delivered chunks is never re-run (its consumer would see them twice);
 - a call's ``timeout`` bounds it, re-runs included, and a re-run is never placed on a worker that
   is already dead, so losing every worker at once costs a call one re-run.
@@ -13,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Self
 
 import pytest
 from pool_support import SCRIPT, run
 
 from coordinator._core.config import Deadlines, PoolConfig, RetryPolicy
 from coordinator._core.pool import Pool
+from coordinator.bench.standin import Reply, Request, StandinServer
 from coordinator.egress import Egress, EgressPolicy, EnvResolver
-from coordinator.errors import ScriptTimeout, WorkerLost
+from coordinator.errors import ScriptError, ScriptTimeout, WorkerLost
 from coordinator.providers.host import ProviderHost
 from proto import Call as CallMessage
 from proto import decode
@@ -38,6 +42,19 @@ fn quiet(url) {
 }
 fn hang(url) { http_get(url) }
 fn chunks(n, on_chunk) { on_chunk.call(0); sleep(0.8); for i in 1..n { on_chunk.call(i); } n }
+fn three(url) {
+    let a = http_post(`${url}/ok`, "question", #{"x-n": 1});
+    let b = "";
+    try { http_get(`${url}/missing`); } catch (e) { b = e.message; }
+    sleep(0.8);
+    `${a}|${b}|${http_get(`${url}/after`)}`
+}
+fn stamped(url) { let n = env_var("NONCE"); let a = http_post(`${url}/ok`, n, #{}); sleep(0.8); a }
+fn streamed(url) {
+    let got = [];
+    stream_request(`${url}/sse`, "{}", #{}, |p| { got.push(p); });
+    got
+}
 """
 
 
@@ -45,20 +62,69 @@ class Counted:
     """The real ``ProviderHost``, with a count of the host calls it has answered (to know when to kill)."""
 
     def __init__(self, host: ProviderHost) -> None:
-        self.host, self.answered = host, 0
+        self.host, self.answered, self.events, self.nonce = host, 0, 0, 0
 
     @property
     def sent(self) -> bool:
         return self.host.sent
 
+    def begin_attempt(self) -> None:
+        self.host.begin_attempt()
+
     async def call(self, name: str, args: list[Any]) -> Any:
         try:
+            if args == ["NONCE"]:  # a value that differs on every run: a non-deterministic script
+                self.nonce += 1
+                return str(self.nonce)
             return await self.host.call(name, args)
         finally:
             self.answered += 1
 
-    def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]:
-        return self.host.stream(name, args)
+    async def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]:
+        async for payload in self.host.stream(name, args):
+            self.events += 1
+            yield payload
+
+
+class Gated:
+    """A stand-in API on 127.0.0.1 whose answers wait for the test to open the gate."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.server = StandinServer()
+        self.server.route("GET", "/slow", self._slow)
+        self.server.route("POST", "/ok", lambda r: Reply(200, body=b"answer to " + r.body))
+        self.server.route("GET", "/missing", lambda _r: Reply(404, body=b"no such thing"))
+        self.server.route("GET", "/after", lambda _r: Reply(200, body=b"later"))
+        self.server.route("POST", "/sse", self._sse)
+
+    def _slow(self, _request: Request) -> Reply:
+        self.gate.wait(20)
+        return Reply(200, body=b"slow answer")
+
+    def _events(self) -> Iterator[bytes | float]:
+        yield b"data: one\n\n"
+        self.gate.wait(20)
+        yield b"data: two\n\ndata: three\n\n"
+
+    def _sse(self, _request: Request) -> Reply:
+        return Reply(200, {"Content-Type": "text/event-stream"}, stream=self._events())
+
+    def hits(self, path: str) -> int:
+        return sum(1 for r in self.server.requests if r.path == path)
+
+    def __enter__(self) -> Self:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.gate.set()
+        self.server.stop()
+
+
+def provider_host(egress: Egress) -> Counted:
+    policy = EgressPolicy.build("p", egress_allow=("127.0.0.1",))
+    return Counted(ProviderHost(egress, policy, EnvResolver.build("p")))
 
 
 async def running_pid(pool: Pool, function: str) -> int:
@@ -99,37 +165,84 @@ def test_a_provider_call_whose_host_calls_sent_nothing_is_rerun_after_a_worker_d
     run(scenario())
 
 
-def test_a_provider_call_whose_request_reached_the_wire_is_never_sent_twice() -> None:
+def test_a_request_in_flight_when_the_worker_died_is_awaited_by_the_rerun_never_sent_twice() -> None:
     async def scenario() -> None:
-        connections = 0
-        served: list[asyncio.Future[None]] = []
+        with Gated() as api:
+            async with Pool(workers=1, spares=1) as pool, Egress() as egress:
+                handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+                host = provider_host(egress)
+                task = asyncio.ensure_future(
+                    pool.call(handle, "hang", f"{api.server.url}/slow", host=host, timeout=20)
+                )
+                pid = await running_pid(pool, "hang")
+                await until(lambda: api.hits("/slow") == 1, "the request reached the server")
+                os.kill(pid, signal.SIGKILL)
+                await until(lambda: pool.statistics().retries == 1, "the call was re-run")
+                api.gate.set()
+                assert await task == "slow answer"
+                assert api.hits("/slow") == 1 and not host.sent
+                host.host.close()
+                assert host.host.journal.entries == []
 
-        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal connections
-            connections += 1
-            done = asyncio.get_running_loop().create_future()
-            served.append(done)
-            try:
-                await reader.read()  # answers nothing; the connection ends when the client goes
-            finally:
-                writer.close()
-                done.set_result(None)
+    run(scenario())
 
-        server = await asyncio.start_server(silent, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        async with server, Pool(workers=1, spares=1) as pool, Egress() as egress:
-            handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
-            policy = EgressPolicy.build("p", egress_allow=("127.0.0.1",))
-            host = Counted(ProviderHost(egress, policy, EnvResolver.build("p")))
-            url = f"http://127.0.0.1:{port}/v1"
-            task = asyncio.ensure_future(pool.call(handle, "hang", url, host=host, timeout=20))
-            pid = await running_pid(pool, "hang")
-            await until(lambda: connections == 1, "the request reached the server")
-            os.kill(pid, signal.SIGKILL)
-            with pytest.raises(WorkerLost, match="host call already sent a request"):
-                await task
-            assert host.sent and connections == 1 and pool.statistics().retries == 0
-        await asyncio.wait_for(asyncio.gather(*served), 5)  # the client hung up: nothing left open
+
+def test_finished_requests_are_answered_from_the_journal_errors_included() -> None:
+    async def scenario() -> None:
+        with Gated() as api:
+            async with Pool(workers=1, spares=1) as pool, Egress() as egress:
+                handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+                host = provider_host(egress)
+                task = asyncio.ensure_future(
+                    pool.call(handle, "three", api.server.url, host=host, timeout=20)
+                )
+                pid = await running_pid(pool, "three")
+                await until(lambda: host.answered == 2, "the post and the failed get answered")
+                os.kill(pid, signal.SIGKILL)
+                answer = await task
+                assert answer == "answer to question|HTTP 404 Not Found: no such thing|later"
+                assert [api.hits(p) for p in ("/ok", "/missing", "/after")] == [1, 1, 1]
+                assert host.answered == 5 and not host.sent and pool.statistics().retries == 1
+
+    run(scenario())
+
+
+def test_a_rerun_that_asks_for_a_different_request_fails_without_sending_it() -> None:
+    async def scenario() -> None:
+        with Gated() as api:
+            async with Pool(workers=1, spares=1) as pool, Egress() as egress:
+                handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+                host = provider_host(egress)
+                task = asyncio.ensure_future(
+                    pool.call(handle, "stamped", api.server.url, host=host, timeout=20)
+                )
+                pid = await running_pid(pool, "stamped")
+                await until(lambda: host.answered == 2, "the nonce and the post answered")
+                os.kill(pid, signal.SIGKILL)
+                with pytest.raises(ScriptError, match="re-run .* not deterministic.*sent twice"):
+                    await task
+                assert api.hits("/ok") == 1 and host.nonce == 2
+                assert host.sent and host.host.journal.diverged is not None
+
+    run(scenario())
+
+
+def test_a_stream_request_is_replayed_to_the_rerun_then_followed_live() -> None:
+    async def scenario() -> None:
+        with Gated() as api:
+            async with Pool(workers=1, spares=1) as pool, Egress() as egress:
+                handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+                host = provider_host(egress)
+                task = asyncio.ensure_future(
+                    pool.call(handle, "streamed", api.server.url, host=host, timeout=20)
+                )
+                pid = await running_pid(pool, "streamed")
+                await until(lambda: host.events == 1, "the first event handed to the script")
+                os.kill(pid, signal.SIGKILL)
+                await until(lambda: pool.statistics().retries == 1, "the call was re-run")
+                api.gate.set()
+                assert await task == ["one", "two", "three"]
+                assert api.hits("/sse") == 1 and not host.sent
 
     run(scenario())
 
