@@ -13,6 +13,11 @@ pool's inbox.  Does not own calls: the ``Events`` it is constructed with (the di
 every promotion and every exit and settle the calls, and answer the two questions it has about
 them (is a worker idle, is its loop thread busy with a call).  Kill policy: SHUTDOWN,
 ``shutdown_grace`` seconds, then SIGKILL (workers have no children of their own).
+
+Remote workers (run by a node on another machine, ``coordinator.nodes``) are ``adopt``ed with a
+``RemoteProcess`` in place of the ``Popen``: the node reports their exit (``exited``) and memory, and
+a kill is a message to it.  They are promoted as soon as READY, are not counted in ``workers`` or
+``spares`` (their node keeps its own number running) and are not recycled here.
 """
 
 from __future__ import annotations
