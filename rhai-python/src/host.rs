@@ -45,7 +45,7 @@ impl Drop for FnPtr {
             return;
         }
         let curried: Vec<Dynamic> = self.inner.iter_curry_mut().map(std::mem::take).collect();
-        stack::run_on_big_stack(stack::MAX_STACK, move || drop(curried));
+        stack::run_on_fresh_stack(stack::MAX_STACK, move || drop(curried));
     }
 }
 

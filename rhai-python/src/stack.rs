@@ -9,12 +9,17 @@
 //! can build (measured: at most ~200 bytes of stack per level, one level costs a
 //! script at least ~2 operations).
 //!
-//! The stack is an anonymous `MAP_NORESERVE` mapping with a guard page: only the
-//! pages a call really touches use memory. If the mapping cannot be made (address
-//! space exhausted), the call runs on the caller's stack as before.
+//! The stack is an anonymous `MAP_NORESERVE` mapping with a guard page; up to two
+//! idle ones are kept for the next calls (of any thread). Only the pages a call
+//! really touches use memory, and a long call gives its deep pages back. If the
+//! mapping cannot be made (address space exhausted), the call runs on the caller's
+//! stack as before.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Bytes of stack a call gets per operation of its budget.
 pub const BYTES_PER_OPERATION: usize = 128;
@@ -66,6 +71,24 @@ impl Mapping {
     }
 }
 
+// SAFETY: a `Mapping` owns its region exclusively; which thread unmaps it does not matter.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Gives the pages below the top `KEEP_HOT` bytes back to the kernel (they read
+    /// as zero if touched again): a deep call must not keep its stack resident.
+    fn trim(&self) {
+        let Some(cold) = self.len.checked_sub(KEEP_HOT) else {
+            return;
+        };
+        // SAFETY: the range lies inside this mapping; nothing on it is live (the call
+        // returned), and MADV_DONTNEED on an anonymous private mapping only drops pages.
+        unsafe {
+            libc::madvise(self.base, cold, libc::MADV_DONTNEED);
+        }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `base`/`len` describe a mapping this value made and nothing else uses.
@@ -75,25 +98,105 @@ impl Drop for Mapping {
     }
 }
 
-/// Runs `f` on a fresh stack of `size` bytes (on the current one if none can be made).
+/// Idle stacks, kept between calls: a fresh mapping per call costs three system
+/// calls and a page fault for every stack page the call touches (~8 us a call).
+static IDLE: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// Whether this thread is running on one of our stacks now (nested calls stay on it).
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How many idle stacks the process keeps: enough for back-to-back calls, few
+/// enough that a worker's idle threads do not hold address space (`RLIMIT_AS`)
+/// for stacks nobody uses; concurrent calls beyond this map their own.
+const MAX_IDLE: usize = 2;
+/// A call that ran this long may have touched deep stack pages: give them back.
+const TRIM_AFTER: Duration = Duration::from_millis(1);
+/// What stays resident at the top of a kept stack after trimming.
+const KEEP_HOT: usize = 1 << 20;
+
+/// Runs `f` on a stack of at least `size` bytes (on the current stack if none can
+/// be made, or if `f` is nested inside another such call).
 ///
 /// Thread-locals, the GIL state and Python code inside `f` behave as usual: the
 /// thread is the same, only its stack pointer moves.
 pub fn run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
+    if ACTIVE.try_with(Cell::get).unwrap_or(true) {
+        return f();
+    }
+    let Some(mapping) = take_idle(size).or_else(|| Mapping::new(size)) else {
+        return f();
+    };
+    let started = Instant::now();
+    ACTIVE.set(true);
+    let outcome = run_on(&mapping, f);
+    ACTIVE.set(false);
+    if started.elapsed() >= TRIM_AFTER {
+        mapping.trim();
+    }
+    put_idle(mapping);
+    unwrap_outcome(outcome)
+}
+
+/// Runs `f` on a stack of `size` bytes made for it alone (unless already on one of
+/// ours): for rare work, such as freeing a value Python held, that must not keep
+/// a big stack cached on an arbitrary thread.
+pub fn run_on_fresh_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
+    if ACTIVE.try_with(Cell::get).unwrap_or(true) {
+        return f();
+    }
     let Some(mapping) = Mapping::new(size) else {
         return f();
     };
+    let _ = ACTIVE.try_with(|a| a.set(true));
+    let outcome = run_on(&mapping, f);
+    let _ = ACTIVE.try_with(|a| a.set(false));
+    drop(mapping);
+    unwrap_outcome(outcome)
+}
+
+/// The smallest idle stack of at least `size` bytes.
+fn take_idle(size: usize) -> Option<Mapping> {
+    let mut idle = IDLE.lock().ok()?;
+    let (index, _) = idle
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.len >= size)
+        .min_by_key(|(_, m)| m.len)?;
+    Some(idle.swap_remove(index))
+}
+
+/// Keeps `mapping` for the next call; when `MAX_IDLE` are kept, it replaces a
+/// smaller one (a big stack serves every call), else it is unmapped.
+fn put_idle(mapping: Mapping) {
+    let Ok(mut idle) = IDLE.lock() else {
+        return;
+    };
+    if idle.len() < MAX_IDLE {
+        idle.push(mapping);
+    } else if let Some(smallest) = idle.iter_mut().min_by_key(|m| m.len) {
+        if smallest.len < mapping.len {
+            *smallest = mapping;
+        }
+    }
+}
+
+fn run_on<R>(mapping: &Mapping, f: impl FnOnce() -> R) -> Option<std::thread::Result<R>> {
     let mut outcome = None;
     {
         let slot = &mut outcome;
         let body = move || *slot = Some(catch_unwind(AssertUnwindSafe(f)));
-        // SAFETY: the region is mapped read/write and stays mapped until `mapping` drops
-        // below; `body` cannot unwind (it catches every panic).
+        // SAFETY: the region is mapped read/write and stays mapped while `mapping`
+        // is borrowed; `body` cannot unwind (it catches every panic).
         unsafe {
             psm::on_stack(mapping.base.cast::<u8>(), mapping.len, body);
         }
     }
-    drop(mapping);
+    outcome
+}
+
+fn unwrap_outcome<R>(outcome: Option<std::thread::Result<R>>) -> R {
     match outcome {
         Some(Ok(value)) => value,
         Some(Err(panic)) => resume_unwind(panic),
