@@ -238,6 +238,15 @@ def bench_nodes(ctx: click.Context) -> None:
     run(ctx.args)
 
 
+@bench.command("curves", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_curves(ctx: click.Context) -> None:
+    """CPU per call and memory vs concurrency, ctx size, distinct scripts (--plot DIR, --json)."""
+    from coordinator.bench.curves import main as run
+
+    run(ctx.args)
+
+
 @bench.command("binding", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_binding(ctx: click.Context) -> None:
