@@ -19,9 +19,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final, cast
+from typing import Any, Final, cast
 
 import zmq
 import zmq.asyncio
@@ -32,6 +31,14 @@ from coordinator._core.transport import Router
 from coordinator.nodes import wire
 from coordinator.nodes.auth import curve_authenticator, curve_server
 from coordinator.nodes.config import NodesConfig
+from coordinator.nodes.records import (
+    DEFAULT_NODE_HEARTBEAT,
+    DEFAULT_NODE_LIVENESS,
+    LinkSettings,
+    NodeInfo,
+    NodeRecord,
+    RemoteWorker,
+)
 from proto import MAX_BODY_BYTES, SUPPORTED_VERSIONS, KillReason, ProtocolError
 from proto.nodes import (
     Bye,
@@ -59,64 +66,8 @@ __all__ = [
 
 log = logging.getLogger("coordinator.nodes")
 
-DEFAULT_NODE_HEARTBEAT: Final = 0.5
-DEFAULT_NODE_LIVENESS: Final = 2.5
-"""Seconds of silence before a node is expired: with the 0.1 s check, within 3 s (issue 15)."""
 _CHECK: Final = 0.1
 _EXPIRED_REMEMBERED: Final = 1024
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LinkSettings:
-    heartbeat: float = DEFAULT_NODE_HEARTBEAT
-    liveness: float = DEFAULT_NODE_LIVENESS
-
-
-@dataclass(eq=False)
-class RemoteWorker:
-    """A node's worker process as the supervisor sees it (``coordinator._core.workers.RemoteProcess``)."""
-
-    node: str
-    pid: int
-    link: NodeListener
-    identity: bytes
-    group: str = ""
-    returncode: int | None = None
-    stderr: IO[bytes] | None = None
-    rss: int = 0
-
-    def kill(self) -> None:
-        self.link.kill(self.identity)
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        return self.returncode
-
-
-@dataclass(eq=False)
-class _Node:
-    session: bytes
-    name: str
-    capacity: int
-    pid: int
-    last_heard: float
-    group: str = ""
-    last_sent: float = 0.0
-    workers: dict[bytes, RemoteWorker] = field(default_factory=dict)
-    draining: bool = False
-    relayed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """One joined node, for tests, status and metrics."""
-
-    name: str
-    capacity: int
-    workers: int
-    draining: bool
-    relayed: int
-    """RHP frames received from its workers."""
-    group: str = ""
 
 
 class NodeListener:
@@ -129,8 +80,8 @@ class NodeListener:
         self.settings = settings or LinkSettings()
         self.endpoint = ""
         """The bound endpoint (``tcp://127.0.0.1:*`` gives the port chosen)."""
-        self._nodes: dict[bytes, _Node] = {}
-        self._owner: dict[bytes, _Node] = {}
+        self._nodes: dict[bytes, NodeRecord] = {}
+        self._owner: dict[bytes, NodeRecord] = {}
         self._expired: dict[bytes, str] = {}
         self.worker_nodes: dict[str, str] = {}
         """Every worker id ever adopted → the name of the node that ran it."""
@@ -194,7 +145,7 @@ class NodeListener:
         ]
 
     # -- sending -------------------------------------------------------------
-    def _send(self, node: _Node, message: NodeMessage) -> bool:
+    def _send(self, node: NodeRecord, message: NodeMessage) -> bool:
         node.last_sent = time.monotonic()
         return self._send_frames([node.session, encode_node(message)])
 
@@ -228,11 +179,12 @@ class NodeListener:
         node = self._owner.get(identity)
         if node is not None:
             self._send(node, KillWorker(identity))
-            self._loop.call_later(self.settings.heartbeat, self._unconfirmed_kill, node, identity)
+            self._loop.call_later(
+                self.settings.heartbeat, self._guarded, self._unconfirmed_kill, node, identity
+            )
 
-    def _unconfirmed_kill(self, node: _Node, identity: bytes) -> None:
-        remote = node.workers.pop(identity, None)
-        if remote is None or self._owner.get(identity) is not node:
+    def _unconfirmed_kill(self, node: NodeRecord, identity: bytes) -> None:
+        if self._owner.get(identity) is not node or node.workers.pop(identity, None) is None:
             return  # its EXITED came in time (or the node was expired meanwhile)
         self._forget(identity)
         process = self._supervisor.workers.get(identity)
@@ -241,6 +193,13 @@ class NodeListener:
                 f"\nnode {node.name} did not confirm the kill within {self.settings.heartbeat:g} s".encode()
             )
             self._supervisor.exited(process, None)
+
+    @staticmethod
+    def _guarded(callback: Any, *args: Any) -> None:
+        try:
+            callback(*args)
+        except Exception:  # a timer callback: nothing may escape into the event loop
+            log.exception("node link timer failed")
 
     # -- receiving -----------------------------------------------------------
     def _on_readable(self) -> None:
@@ -297,14 +256,16 @@ class NodeListener:
         if self._supervisor.closing:
             self._reset(session, "the coordinator is closing")
             return
-        node = _Node(session, message.name, message.workers, message.pid, time.monotonic(), message.group)
+        node = NodeRecord(
+            session, message.name, message.workers, message.pid, time.monotonic(), message.group
+        )
         self._nodes[session] = node
         self.joined += 1
         settings = self.settings
         self._send(node, Welcome(settings.heartbeat, settings.liveness, dict(self._worker_args)))
         log.info("node %s joined with %d workers", node.name, node.capacity)
 
-    def _on_message(self, node: _Node, message: Any) -> None:
+    def _on_message(self, node: NodeRecord, message: Any) -> None:
         if isinstance(message, Spawned):
             self._adopt(node, message)
         elif isinstance(message, WorkerExited):
@@ -326,7 +287,7 @@ class NodeListener:
             self._expire(node, "started over")
             self._unknown_session(node.session, message)
 
-    def _adopt(self, node: _Node, message: Spawned) -> None:
+    def _adopt(self, node: NodeRecord, message: Spawned) -> None:
         identity = message.worker
         if self._supervisor.closing:  # a replacement while the pool stops its workers: end the session
             self._send(node, Reset("the coordinator is closing"))
@@ -335,7 +296,7 @@ class NodeListener:
         if identity in self._supervisor.workers or len(node.workers) >= node.capacity + node.capacity:
             self._send(node, KillWorker(identity))  # a clash or a runaway node: not ours
             return
-        remote = RemoteWorker(node.name, message.pid, self, identity, node.group)
+        remote = RemoteWorker(node.name, message.pid, self.kill, identity, node.group)
         node.workers[identity] = remote
         self._owner[identity] = node
         self._router.relays[identity] = self._relay
@@ -344,7 +305,7 @@ class NodeListener:
         if node.draining:
             self._supervisor.drain(process)
 
-    def _worker_exited(self, node: _Node, message: WorkerExited) -> None:
+    def _worker_exited(self, node: NodeRecord, message: WorkerExited) -> None:
         remote = node.workers.pop(message.worker, None)
         if remote is None:
             return
@@ -359,7 +320,7 @@ class NodeListener:
         self._owner.pop(identity, None)
         self._router.relays.pop(identity, None)
 
-    def _expire(self, node: _Node, why: str) -> None:
+    def _expire(self, node: NodeRecord, why: str) -> None:
         """The node is gone: each of its workers is dead to the pool (its calls settle by the delivery rules)."""
         if self._nodes.pop(node.session, None) is None:
             return
