@@ -25,6 +25,7 @@ from coordinator.providers.errors import (
     RateLimitExceeded,
     RequestError,
     RequestFailed,
+    RerunDiverged,
     TokenLimitExceeded,
     Unavailable,
     UnclassifiedProviderError,
@@ -65,4 +66,5 @@ __all__ = [
     "ToolCallDelta",
     "Unavailable",
     "UnclassifiedProviderError",
+    "RerunDiverged",
 ]

@@ -14,6 +14,7 @@
         ├── InvalidResponse            permanent
         ├── TokenLimitExceeded         permanent; the request was never sent
         └── UnclassifiedProviderError  permanent (plain throws, Rhai errors, our own limits)
+            └── RerunDiverged          a re-run after a worker death asked for another request
 
 ``ProviderError.class_name`` is the class a caller sees in ``{"class", "message", "transient"}``
 (SPEC §4): the reference's names, so ``UnclassifiedProviderError`` still reports ``"Other"``.
@@ -36,6 +37,7 @@ __all__ = [
     "RateLimitExceeded",
     "RequestError",
     "RequestFailed",
+    "RerunDiverged",
     "TokenLimitExceeded",
     "Unavailable",
     "UnclassifiedProviderError",
@@ -139,3 +141,11 @@ class UnclassifiedProviderError(ProviderError):
     """Everything else: plain throws, Rhai runtime errors, exceeded sandbox limits (class ``Other``)."""
 
     class_name = "Other"
+
+
+class RerunDiverged(UnclassifiedProviderError):
+    """A re-run after a worker death asked for a request other than the one its first run sent.
+
+    Nothing was sent: sending it would have sent the call's request twice. The script is not
+    deterministic (e.g. a timestamp or random id in a request body); permanent, never retried.
+    """

@@ -32,19 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.errors import HostCallError
-from coordinator.providers.errors import UnclassifiedProviderError
 
-__all__ = ["Journal", "RerunDiverged", "StreamRecord", "identical"]
+__all__ = ["Journal", "StreamRecord", "identical"]
 
 MarkSent = Callable[[], None]
-
-
-class RerunDiverged(UnclassifiedProviderError):
-    """A re-run after a worker death asked for a request other than the one its first run sent.
-
-    Nothing was sent: sending it would have sent the call's request twice. The script is not
-    deterministic (e.g. a timestamp or random id in a request body); permanent, never retried.
-    """
 
 
 def identical(a: Any, b: Any) -> bool:

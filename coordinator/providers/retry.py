@@ -7,7 +7,10 @@ A failure the pool blames on the call's own script (its worker crashed running i
 budget, memory kills included, or missed its deadline) is never retried, whatever else marks it
 transient: another attempt would only kill another worker and bill another request. A worker lost
 for a reason outside the call (``WorkerLost``) is not retried either: the pool already re-runs such
-a call when no request of it was sent, and when one was, a retry would send that request twice.
+a call, serving the re-run the requests already sent from the call's journal
+(``coordinator.providers.journal``); it fails only when a sent request cannot be replayed, and then
+a retry would send that request twice. ``RerunDiverged`` (a re-run asked for another request) is
+permanent for the same reason.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from coordinator.providers.failures import (
     UnclassifiedProviderError,
 )
 from coordinator.providers.host import ProviderHost
-from coordinator.providers.journal import RerunDiverged
+from coordinator.providers.errors import RerunDiverged
 from coordinator.providers.loader import LoadedProvider, ProviderLoader
 from coordinator.providers.models import Capabilities, ModelInfo, capabilities, parse_models
 from coordinator.providers.ratelimit import Backoff429, RateLimiter

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any, Self
 
 import pytest
@@ -28,7 +29,11 @@ from coordinator._core.pool import Pool
 from coordinator.bench.standin import Reply, Request, StandinServer
 from coordinator.egress import Egress, EgressPolicy, EnvResolver
 from coordinator.errors import ScriptError, ScriptTimeout, WorkerLost
+from coordinator.providers.config import parse_config
+from coordinator.providers.errors import RerunDiverged
+from coordinator.providers.executor import PoolExecutor
 from coordinator.providers.host import ProviderHost
+from coordinator.providers.runtime import ProviderRuntime
 from proto import Call as CallMessage
 from proto import decode
 
@@ -97,6 +102,7 @@ class Gated:
         self.server.route("GET", "/missing", lambda _r: Reply(404, body=b"no such thing"))
         self.server.route("GET", "/after", lambda _r: Reply(200, body=b"later"))
         self.server.route("POST", "/sse", self._sse)
+        self.server.route("POST", "/v1/stamp", self._slow)
 
     def _slow(self, _request: Request) -> Reply:
         self.gate.wait(20)
@@ -357,5 +363,48 @@ def test_a_rerun_still_waiting_for_a_worker_when_its_timeout_ends_is_never_sent(
                 await task
             assert sent == ["sleepy"]  # tried once; the re-run ran out of time in the queue
             assert await pool.call(handle, "add", 1, 2) == 3
+
+    run(scenario())
+
+
+STAMPING_PROVIDER = """
+fn initialize(config) { config }
+fn inference(state, request) {
+    #{ content: http_post(`${state.base_url}/stamp`, `${env_var("RHAIPOOL_RERUN_VARIANT")}`, #{}) }
+}
+"""
+
+
+def test_an_inference_whose_rerun_diverges_fails_with_rerun_diverged_and_sends_nothing_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the provider runtime: the script's request body changed between runs (here from the
+    environment), so the re-run is refused its request, the inference fails (permanent, no retry)
+    and the request still in flight for the dead attempt is stopped with the call."""
+    (tmp_path / "stamping.rhai").write_text(STAMPING_PROVIDER)
+    monkeypatch.setenv("RHAIPOOL_RERUN_VARIANT", "first")
+
+    async def scenario() -> None:
+        with Gated() as api:
+            table = {
+                "script": "stamping.rhai",
+                "base_url": api.server.base_url,
+                "egress_allow": ["127.0.0.1"],
+                "allow_env_vars": ["RHAIPOOL_RERUN_VARIANT"],
+            }
+            config = parse_config({"providers_dir": str(tmp_path), "model_providers": {"stamping": table}})
+            async with Pool(workers=1, spares=1) as pool, Egress() as egress:
+                runtime = ProviderRuntime(PoolExecutor(pool), egress, config)
+                request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+                task = asyncio.ensure_future(runtime.inference("stamping", request))
+                pid = await running_pid(pool, "inference")
+                await until(lambda: api.hits("/v1/stamp") == 1, "the request reached the server")
+                monkeypatch.setenv("RHAIPOOL_RERUN_VARIANT", "second")
+                os.kill(pid, signal.SIGKILL)
+                with pytest.raises(RerunDiverged, match="not deterministic") as info:
+                    await task
+                assert not info.value.transient
+                assert [r.body for r in api.server.requests if r.path == "/v1/stamp"] == [b"first"]
+                assert pool.statistics().retries == 1
 
     run(scenario())
