@@ -263,18 +263,26 @@ def _table(r: dict[str, Any]) -> str:
     lines += [
         "",
         f"baseline health: raw echo p99/p50 {t['echo_p99_over_p50']:.1f}x; load {os.getloadavg()[0]:.1f}",
-        f"pool p50 / raw echo p50        {t['pool_p50_over_raw_echo_p50']:.2f}x   "
-        f"(target <= 1.5x: {t['pool_p50_le_1_5x_echo']})",
+        (
+            f"pool p50 / raw echo p50        {t['pool_p50_over_raw_echo_p50']:.2f}x   "
+            f"(target <= 1.5x: {t['pool_p50_le_1_5x_echo']})"
+        ),
         f"pool p50 / asyncio echo p50    {t['pool_p50_over_asyncio_echo_p50']:.2f}x",
-        f"pool CPU per call              coordinator {r['pool']['coordinator_cpu_us']:.0f} µs, "
-        f"worker {r['pool']['worker_cpu_us']:.0f} µs (ZeroMQ I/O threads included; "
-        f"target worker <= 40 µs: {t['worker_cpu_le_40us']})",
+        (
+            f"pool CPU per call              coordinator {r['pool']['coordinator_cpu_us']:.0f} µs, "
+            f"worker {r['pool']['worker_cpu_us']:.0f} µs (ZeroMQ I/O threads included; "
+            f"target worker <= 40 µs: {t['worker_cpu_le_40us']})"
+        ),
         f"raw pyzmq echo, pipelined      {r['raw_zmq_pipelined']:,.0f} calls/s (256 in flight)",
         f"pipelined, 1 worker            {r['throughput_1_worker']:,.0f} calls/s",
-        f"pipelined, 2 workers           {r['throughput_2_workers']:,.0f} calls/s   "
-        f"{t['pipelined_2_workers_of_raw']:.0%} of the raw pipelined echo (target >= 60%)",
-        f"replacement ready after kill   {r['replacement']['ready_median_ms']:.1f} ms median   (target <= 50 ms: "
-        f"{t['replacement_le_50ms']})",
+        (
+            f"pipelined, 2 workers           {r['throughput_2_workers']:,.0f} calls/s   "
+            f"{t['pipelined_2_workers_of_raw']:.0%} of the raw pipelined echo (target >= 60%)"
+        ),
+        (
+            f"replacement ready after kill   {r['replacement']['ready_median_ms']:.1f} ms median   (target <= 50 ms: "
+            f"{t['replacement_le_50ms']})"
+        ),
         f"spare refilled (cold spawn)    {r['replacement']['spare_refilled_median_ms']:.1f} ms median",
     ]
     return "\n".join(lines)
