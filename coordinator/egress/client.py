@@ -17,6 +17,7 @@ provider's ``egress_allow`` is never reused by a provider without it.
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import ipaddress
 import socket
 import ssl
@@ -234,6 +235,12 @@ class _PolicyTransport(httpx.AsyncBaseTransport):
         self._in_use.clear()
 
 
+def _no_cookies() -> http.cookiejar.CookieJar:
+    """A jar that accepts nothing: one client serves every provider and tenant, and the reference's
+    client stores no cookies, so a Set-Cookie must never ride along on anyone's next request."""
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
 def _same_origin(a: httpx.URL, b: httpx.URL) -> bool:
     return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
 
@@ -256,6 +263,7 @@ class Egress:
             timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_SECS),
             follow_redirects=False,
             trust_env=False,
+            cookies=_no_cookies(),
         )
         self.requests_sent = 0
 
