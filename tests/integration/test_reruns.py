@@ -54,6 +54,13 @@ fn three(url) {
     sleep(0.8);
     `${a}|${b}|${http_get(`${url}/after`)}`
 }
+fn refused(url) {
+    let n = env_var("NONCE");
+    try { http_get(`http://elsewhere.test/${n}`); } catch (e) { }
+    sleep(0.8);
+    `${n}:${http_get(`${url}/after`)}`
+}
+fn bigger(url) { let n = 0; for i in 0..3 { n += http_get(url).len; } sleep(0.8); n }
 fn stamped(url) { let n = env_var("NONCE"); let a = http_post(`${url}/ok`, n, #{}); sleep(0.8); a }
 fn streamed(url) {
     let got = [];
@@ -233,6 +240,31 @@ def test_a_rerun_that_asks_for_a_different_request_fails_without_sending_it() ->
     run(scenario())
 
 
+def test_a_rerun_may_take_another_path_where_its_first_run_sent_nothing() -> None:
+    """A different request where the record holds only requests that never left (refused by the
+    egress policy) is no divergence: that part of the record is forgotten and the re-run goes live."""
+
+    async def scenario() -> None:
+        with Gated() as api:
+            async with Pool(workers=1, spares=1) as pool, Egress() as egress:
+                handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+                host = provider_host(egress)
+                task = asyncio.ensure_future(
+                    pool.call(handle, "refused", api.server.url, host=host, timeout=20)
+                )
+                pid = await running_pid(pool, "refused")
+                await until(lambda: host.answered == 2, "the nonce and the refused get answered")
+                os.kill(pid, signal.SIGKILL)
+                assert await task == "2:later"
+                assert api.hits("/after") == 1 and not host.sent
+                assert [e.args[0] for e in host.host.journal.entries] == [
+                    "http://elsewhere.test/2",
+                    f"{api.server.url}/after",
+                ]
+
+    run(scenario())
+
+
 def test_a_stream_request_is_replayed_to_the_rerun_then_followed_live() -> None:
     async def scenario() -> None:
         with Gated() as api:
@@ -406,5 +438,29 @@ def test_an_inference_whose_rerun_diverges_fails_with_rerun_diverged_and_sends_n
                 assert not info.value.transient
                 assert [r.body for r in api.server.requests if r.path == "/v1/stamp"] == [b"first"]
                 assert pool.statistics().retries == 1
+
+    run(scenario())
+
+
+def test_a_call_whose_journal_outgrew_its_bound_is_not_replayed_and_nothing_is_sent_twice() -> None:
+    """The journal keeps at most twice ``max_response_bytes`` of a call; a request it could not keep
+    makes the call unreplayable, so a worker death then ends it (``WorkerLost``) instead of re-running."""
+
+    async def scenario() -> None:
+        with Gated() as api:
+            api.server.route("GET", "/big", lambda _r: Reply(200, body=b"x" * 900))
+            async with Pool(workers=1, spares=1) as pool, Egress() as egress:
+                handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+                policy = EgressPolicy.build("p", egress_allow=("127.0.0.1",), max_response_bytes=1000)
+                host = Counted(ProviderHost(egress, policy, EnvResolver.build("p")))
+                url = f"{api.server.url}/big"
+                task = asyncio.ensure_future(pool.call(handle, "bigger", url, host=host, timeout=20))
+                pid = await running_pid(pool, "bigger")
+                await until(lambda: host.answered == 3, "three big answers read")
+                assert host.sent and len(host.host.journal.entries) == 2  # the third did not fit
+                os.kill(pid, signal.SIGKILL)
+                with pytest.raises(WorkerLost, match="host call already sent a request"):
+                    await task
+                assert api.hits("/big") == 3 and pool.statistics().retries == 0
 
     run(scenario())
