@@ -53,7 +53,7 @@ async def concurrency_curve(
                 sampler = PeakSampler(lambda: pss_bytes(exclude=(proc.pid,)))
                 sampling = asyncio.create_task(sampler.run())
                 try:
-                    run, _, coordinator, worker_cpu = await providers._measure(
+                    run, _, coordinator, worker_cpu, _ = await providers._measure(
                         one, level, max(50, 4 * level), base_url, (proc.pid,)
                     )
                 finally:

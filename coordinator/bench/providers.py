@@ -71,11 +71,13 @@ def _calls(args: argparse.Namespace, concurrency: int) -> int:
 
 async def _measure(
     one: Call, concurrency: int, calls: int, base_url: str, exclude: tuple[int, ...]
-) -> tuple[Run, int, float, float]:
-    """A warm-up (4 calls per caller: every connection steady state needs is open), then the run.
+) -> tuple[Run, int, float, float, int]:
+    """A warm-up (4 calls per caller: the connections steady state needs open), then the run.
 
-    Returns (run, new connections during the run, coordinator CPU s, workers CPU s).
+    Returns (run, new connections during the run, coordinator CPU s, workers CPU s, connections
+    opened at this level, warm-up included: no more than the callers when connections are reused).
     """
+    start = await server_stats(base_url)
     await drive(one, concurrency, 4 * concurrency)
     before = await server_stats(base_url)
     clock = CpuClock(exclude)
@@ -84,11 +86,12 @@ async def _measure(
     cpu = clock.stop()
     after = await server_stats(base_url)
     new = after["connections"] - before["connections"] - 1  # the stats request's own connection
-    return run, new, cpu.coordinator, cpu.workers
+    return run, new, cpu.coordinator, cpu.workers, after["connections"] - start["connections"] - 2
 
 
-def _side(run: Run, new_connections: int, cpu: float, ceiling: float | None) -> dict[str, Any]:
+def _side(run: Run, new_connections: int, cpu: float, ceiling: float | None, opened: int) -> dict[str, Any]:
     return {
+        "connections_opened_at_level": opened,
         "throughput": run.throughput,
         "p50_ms": run.p50_ms,
         "p99_ms": run.p99_ms,
@@ -135,12 +138,12 @@ async def _pool(base_url: str, args: argparse.Namespace, server_pid: int) -> dic
             sampler = PeakSampler(lambda: pss_bytes(exclude=(server_pid,)))
             sampling = asyncio.create_task(sampler.run())
             try:
-                run, conns, coordinator, workers = await _measure(
+                run, conns, coordinator, workers, opened = await _measure(
                     one, concurrency, _calls(args, concurrency), base_url, (server_pid,)
                 )
             finally:
                 sampling.cancel()
-            side = _side(run, conns, coordinator + workers, None)
+            side = _side(run, conns, coordinator + workers, None, opened)
             side["coordinator_cpu_ms_per_call"] = coordinator / run.calls * 1000
             side["workers_cpu_ms_per_call"] = workers / run.calls * 1000
             side["peak_pss_mb"] = sampler.peak / 2**20
@@ -155,10 +158,10 @@ async def _baseline(
     for concurrency in args.concurrency:
         client: AbstractAsyncContextManager[Call] = make(concurrency)
         async with client as one:
-            run, conns, mine, _ = await _measure(
+            run, conns, mine, _, opened = await _measure(
                 one, concurrency, _calls(args, concurrency), base_url, (server_pid,)
             )
-        out[concurrency] = _side(run, conns, mine, None if ceiling is None else ceiling[concurrency])
+        out[concurrency] = _side(run, conns, mine, None if ceiling is None else ceiling[concurrency], opened)
     return out
 
 
@@ -216,7 +219,7 @@ def _line(label: str, side: dict[str, Any]) -> str:
     return (
         f"  {label:<12} {side['throughput']:7.0f} calls/s{ceiling}  p50 {side['p50_ms']:6.1f} ms  "
         f"p99 {side['p99_ms']:7.1f} ms  CPU {side['cpu_ms_per_call']:5.2f} ms/call  "
-        f"new conns {side['new_connections_per_1000']:5.1f}/1000  load {side['load']:.1f}{verdict}"
+        f"new conns {side['new_connections_per_1000']:5.1f}/1000 (at this level {side['connections_opened_at_level']})  load {side['load']:.1f}{verdict}"
     )
 
 
