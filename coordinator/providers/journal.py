@@ -97,6 +97,8 @@ class StreamRecord:
         except asyncio.CancelledError:
             self.error = HostCallError("stream closed: its call ended")
             raise
+        except Exception as exc:  # noqa: BLE001 - a handler bug reaches the script as an error, not as an end
+            self.error = HostCallError(f"provider host stream failed: {type(exc).__name__}: {exc}")
         finally:
             self.finished = True
             with contextlib.suppress(RuntimeError):  # the loop is closing

@@ -464,3 +464,26 @@ def test_a_call_whose_journal_outgrew_its_bound_is_not_replayed_and_nothing_is_s
                 assert api.hits("/big") == 3 and pool.statistics().retries == 0
 
     run(scenario())
+
+
+def test_a_stream_bigger_than_the_journal_bound_is_delivered_whole_but_not_kept() -> None:
+    """Past the bound the journal lets a stream's events go as they are handed over (the call is then
+    unreplayable): the script still gets every event, in order, exactly once."""
+
+    async def scenario() -> None:
+        events = [f"{i}{'x' * 600}" for i in range(5)]
+        with Gated() as api:
+            body = b"".join(f"data: {e}\n\n".encode() for e in events)
+            api.server.route(
+                "POST", "/big/sse", lambda _r: Reply(200, {"Content-Type": "text/event-stream"}, body)
+            )
+            async with Pool(workers=1, spares=1) as pool, Egress() as egress:
+                handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+                policy = EgressPolicy.build("p", egress_allow=("127.0.0.1",), max_response_bytes=1000)
+                host = Counted(ProviderHost(egress, policy, EnvResolver.build("p")))
+                url = f"{api.server.url}/big"
+                assert await pool.call(handle, "streamed", url, host=host, timeout=20) == events
+                journal = host.host.journal
+                assert host.sent and journal.entries == [] and api.hits("/big/sse") == 1
+
+    run(scenario())
