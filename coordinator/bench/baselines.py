@@ -135,13 +135,13 @@ class raw_sockets:
 class plain_httpx:
     """``async with plain_httpx(base_url, shape, concurrency) as one``: small clients, round-robin by caller."""
 
-    def __init__(self, base_url: str, shape: HttpShape, concurrency: int) -> None:
+    def __init__(
+        self, base_url: str, shape: HttpShape, concurrency: int, per_client: int = CONNECTIONS_PER_CLIENT
+    ) -> None:
         self._url = base_url + shape.path
         self._shape = shape
-        n = max(1, concurrency // CONNECTIONS_PER_CLIENT)
-        limits = httpx.Limits(
-            max_connections=CONNECTIONS_PER_CLIENT, max_keepalive_connections=CONNECTIONS_PER_CLIENT
-        )
+        n = max(1, concurrency // per_client)
+        limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
         self._clients = [httpx.AsyncClient(limits=limits, timeout=120) for _ in range(n)]
         self._turn = 0
 

@@ -36,6 +36,7 @@ from typing import Any
 from coordinator._cli.demo import GROQ_SCRIPT
 from coordinator._core.config import Limits
 from coordinator.bench.baselines import (
+    CONNECTIONS_PER_CLIENT,
     Call,
     HttpShape,
     Run,
@@ -185,7 +186,13 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         pool = await _pool(base_url, args, proc.pid)
         raw = await _baseline(lambda c: raw_sockets(base_url, shape), base_url, args, proc.pid, None)
         ceiling = {c: raw[c]["throughput"] for c in args.concurrency}
-        plain = await _baseline(lambda c: plain_httpx(base_url, shape, c), base_url, args, proc.pid, ceiling)
+        plain = await _baseline(
+            lambda c: plain_httpx(base_url, shape, c, args.httpx_per_client),
+            base_url,
+            args,
+            proc.pid,
+            ceiling,
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -258,6 +265,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--capacity", type=int, default=None, help="provider calls at once per worker")
     parser.add_argument(
         "--address-space-gb", type=float, default=None, help="each worker's RLIMIT_AS (default: the pool's)"
+    )
+    parser.add_argument(
+        "--httpx-per-client",
+        type=int,
+        default=CONNECTIONS_PER_CLIENT,
+        help="plain httpx: connections per client",
     )
     parser.add_argument("--shape", choices=sorted(SHAPES), default="reference")
     parser.add_argument("--json", action="store_true")
