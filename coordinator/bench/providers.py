@@ -25,9 +25,11 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -132,7 +134,9 @@ async def _pool_call(base_url: str, args: argparse.Namespace) -> AsyncIterator[C
             yield one
 
 
-async def _pool(base_url: str, args: argparse.Namespace, server_pid: int) -> dict[int, dict[str, Any]]:
+async def _pool(
+    base_url: str, args: argparse.Namespace, server_pid: int
+) -> tuple[dict[int, dict[str, Any]], float]:
     out: dict[int, dict[str, Any]] = {}
     async with _pool_call(base_url, args) as one:
         for concurrency in args.concurrency:
@@ -149,7 +153,21 @@ async def _pool(base_url: str, args: argparse.Namespace, server_pid: int) -> dic
             side["workers_cpu_ms_per_call"] = workers / run.calls * 1000
             side["peak_pss_mb"] = sampler.peak / 2**20
             out[concurrency] = side
-    return out
+        async with plain_httpx(base_url, SHAPES[args.shape][2], 1) as plain:
+            added = await _interleaved(plain, one, args.sequential)
+    return out, added
+
+
+async def _interleaved(plain: Call, pooled: Call, n: int) -> float:
+    """Median of (pool - plain) latency over ``n`` back-to-back pairs, one call at a time: robust to load."""
+    deltas = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await plain()
+        t1 = time.perf_counter()
+        await pooled()
+        deltas.append((time.perf_counter() - t1) - (t1 - t0))
+    return statistics.median(deltas) * 1000 if deltas else float("nan")
 
 
 async def _baseline(
@@ -183,7 +201,7 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     proc, base_url = _start_server(args.delay)
     try:
         load_before = load_average()
-        pool = await _pool(base_url, args, proc.pid)
+        pool, added = await _pool(base_url, args, proc.pid)
         raw = await _baseline(lambda c: raw_sockets(base_url, shape), base_url, args, proc.pid, None)
         ceiling = {c: raw[c]["throughput"] for c in args.concurrency}
         plain = await _baseline(
@@ -217,6 +235,7 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "plain": plain,
         "pool": pool,
         "kb_per_extra_in_flight_call": growth,
+        "added_p50_ms": added,
     }
 
 
@@ -247,6 +266,9 @@ def _print(r: dict[str, Any]) -> None:
             f"{q['coordinator_cpu_ms_per_call']:.2f} + workers {q['workers_cpu_ms_per_call']:.2f} ms/call, "
             f"added beyond plain httpx {q['added_cpu_ms_per_call']:.2f} ms  peak PSS {q['peak_pss_mb']:.0f} MB"
         )
+    print(
+        f"added p50 latency per call, one at a time: {r['added_p50_ms']:.2f} ms (median of pool - plain pairs)"
+    )
     if r["kb_per_extra_in_flight_call"] is not None:
         print(f"memory per extra in-flight call: {r['kb_per_extra_in_flight_call']:.0f} KB")
 
@@ -260,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 1024]
     )
     parser.add_argument("--calls", type=int, default=2048, help="calls per level (at least 4 x concurrency)")
+    parser.add_argument("--sequential", type=int, default=50, help="interleaved one-at-a-time pairs")
     parser.add_argument("--delay", type=float, default=0.1)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--capacity", type=int, default=None, help="provider calls at once per worker")
