@@ -76,7 +76,11 @@ class ProviderHost:
         self.journal.begin_attempt()
 
     def close(self) -> None:
-        """The call has ended: requests still running for it stop, and its journal is dropped."""
+        """The call has ended: requests still running for it stop, and its journal is dropped.
+
+        The provider runtime calls it; code passing a ``ProviderHost`` to ``pool.call`` itself should
+        too, or a request the worker's death left running runs on to its own timeout.
+        """
         self.journal.close()
 
     def _log_fields(self, err: HostError) -> dict[str, Any]:
