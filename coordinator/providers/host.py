@@ -24,7 +24,7 @@ from coordinator.providers.ratelimit import Backoff429
 from proto.host import BROKERED_FUNCTIONS
 from proto.vocabulary import Kind, rhai_type_name
 
-__all__ = ["header_value", "ProviderHost"]
+__all__ = ["ProviderHost", "header_value"]
 
 log = logging.getLogger(__name__)
 
