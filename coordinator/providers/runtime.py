@@ -26,6 +26,7 @@ from typing import Any
 from coordinator.egress import Egress
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.config import ProvidersConfig
+from coordinator.providers.errors import RerunDiverged
 from coordinator.providers.executor import DEFAULT_TENANT, PoolExecutor, StreamEnd
 from coordinator.providers.failures import (
     InvalidResponse,
@@ -34,7 +35,6 @@ from coordinator.providers.failures import (
     UnclassifiedProviderError,
 )
 from coordinator.providers.host import ProviderHost
-from coordinator.providers.errors import RerunDiverged
 from coordinator.providers.loader import LoadedProvider, ProviderLoader
 from coordinator.providers.models import Capabilities, ModelInfo, capabilities, parse_models
 from coordinator.providers.ratelimit import Backoff429, RateLimiter
