@@ -65,8 +65,9 @@ from worker.resident import ResidentStore
 
 __all__ = ["THREAD_STACK_BYTES", "WorkerLoop"]
 
-THREAD_STACK_BYTES: Final = 8 * 1024 * 1024
-"""Script threads get the main thread's usual stack: 64 Rhai call levels need room."""
+THREAD_STACK_BYTES: Final = 2 * 1024 * 1024
+"""Scripts run on a stack of their own (rhai-python, sized from the budget), so a script thread's own
+stack only holds the Python around the call; every concurrent call's stacks count against RLIMIT_AS."""
 
 _PARENT_CHECK: Final = 0.1
 _POLLIN: Final = int(zmq.POLLIN)  # a plain int: ``int & zmq.POLLIN`` goes through the enum machinery

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use rhai::{CallFnOptions, Dynamic, FnAccess, Scope, AST};
@@ -87,7 +87,13 @@ impl Script {
         cancel: Option<&CancelToken>,
     ) -> PyResult<(Py<PyAny>, context::CallReport, f64)> {
         let size = stack::size_for_operations(self.engine.max_operations());
-        stack::run_on_big_stack(size, || self.run_here(py, fn_name, args, timeout, cancel))
+        stack::try_run_on_big_stack(size, || self.run_here(py, fn_name, args, timeout, cancel))
+            .unwrap_or_else(|| {
+                Err(PyMemoryError::new_err(format!(
+                    "no address space for this call's {} MiB stack",
+                    size >> 20
+                )))
+            })
     }
 
     fn run_here(

@@ -18,15 +18,26 @@
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Bytes of stack a call gets per operation of its budget.
+/// Bytes of stack a call gets per operation of its budget (measured: a chain of
+/// maps, arrays and closures needs up to ~100 bytes per operation spent).
 pub const BYTES_PER_OPERATION: usize = 128;
 /// Smallest and largest stack a call is given.
 pub const MIN_STACK: usize = 16 << 20;
-pub const MAX_STACK: usize = 256 << 20;
+pub const MAX_STACK: usize = 64 << 20;
+/// What a call gets when the stacks already mapped use up their share of the
+/// address space: every concurrent call holds its stack, and a worker's
+/// `RLIMIT_AS` counts it (32 provider calls waiting on HTTP at 64 MiB each would
+/// leave no room for a thread). The script thread's own stack is no bigger.
+pub const FLOOR_STACK: usize = 8 << 20;
+/// The share of `RLIMIT_AS` our stacks may hold before calls get `FLOOR_STACK`.
+const SHARE_OF_ADDRESS_SPACE: usize = 4;
 
+/// Bytes of all live mappings (in calls and idle).
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
 /// The stack size for an engine with this operation budget.
 pub fn size_for_operations(max_operations: u64) -> usize {
     usize::try_from(max_operations)
@@ -60,6 +71,7 @@ impl Mapping {
         if base == libc::MAP_FAILED {
             return None;
         }
+        MAPPED.fetch_add(len, Ordering::Relaxed);
         let mapping = Self { base, len };
         // The lowest page is the guard: an overflow faults there instead of
         // writing into whatever mapping lies below.
@@ -95,7 +107,30 @@ impl Drop for Mapping {
         unsafe {
             libc::munmap(self.base, self.len);
         }
+        MAPPED.fetch_sub(self.len, Ordering::Relaxed);
     }
+}
+
+/// A new stack of `size` bytes, or of `FLOOR_STACK` when our stacks already hold
+/// their share of the address space limit.
+fn map_within_budget(size: usize) -> Option<Mapping> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid out-parameter.
+    let known = unsafe { libc::getrlimit(libc::RLIMIT_AS, &raw mut limit) } == 0;
+    let share = if known && limit.rlim_cur != libc::RLIM_INFINITY {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX) / SHARE_OF_ADDRESS_SPACE
+    } else {
+        usize::MAX
+    };
+    let wanted = if MAPPED.load(Ordering::Relaxed).saturating_add(size) <= share {
+        size
+    } else {
+        size.min(FLOOR_STACK)
+    };
+    Mapping::new(wanted)
 }
 
 /// Idle stacks, kept between calls: a fresh mapping per call costs three system
@@ -116,18 +151,17 @@ const TRIM_AFTER: Duration = Duration::from_millis(1);
 /// What stays resident at the top of a kept stack after trimming.
 const KEEP_HOT: usize = 1 << 20;
 
-/// Runs `f` on a stack of at least `size` bytes (on the current stack if none can
-/// be made, or if `f` is nested inside another such call).
+/// Runs `f` on a stack of at least `size` bytes (on the current one if `f` is
+/// nested inside another such call); `None` if no stack can be made (address space
+/// exhausted): running a script on the caller's small stack is what crashed.
 ///
 /// Thread-locals, the GIL state and Python code inside `f` behave as usual: the
 /// thread is the same, only its stack pointer moves.
-pub fn run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
+pub fn try_run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> Option<R> {
     if ACTIVE.try_with(Cell::get).unwrap_or(true) {
-        return f();
+        return Some(f());
     }
-    let Some(mapping) = take_idle(size).or_else(|| Mapping::new(size)) else {
-        return f();
-    };
+    let mapping = take_idle(size).or_else(|| map_within_budget(size))?;
     let started = Instant::now();
     ACTIVE.set(true);
     let outcome = run_on(&mapping, f);
@@ -136,7 +170,20 @@ pub fn run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
         mapping.trim();
     }
     put_idle(mapping);
-    unwrap_outcome(outcome)
+    Some(unwrap_outcome(outcome))
+}
+
+/// Like `try_run_on_big_stack`, running `f` on the current stack if no stack can be
+/// made: for work that is iterative anyway and only frees deep values.
+pub fn run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
+    let mut f = Some(f);
+    match try_run_on_big_stack(size, || f.take().map(|f| f())) {
+        Some(Some(value)) => value,
+        _ => match f.take() {
+            Some(f) => f(),
+            None => unreachable_outcome(),
+        },
+    }
 }
 
 /// Runs `f` on a stack of `size` bytes made for it alone (unless already on one of
