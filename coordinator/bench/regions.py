@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -195,6 +196,11 @@ def _report(results: Sequence[Measurement]) -> str:
         growth = (b.pool_p50 - a.pool_p50) / max(1, b.entries - a.entries)
         median = statistics.median(m.ratio for m in measured)
         lines.append(f"pool cost grows ~{growth * 1e6:.2f} µs per entry; median of ratios {median:.2f}x")
+    tails = ", ".join(f"{m.entries}: {m.local_p99 / m.local_p50:.1f}x" for m in measured if m.local_p50)
+    lines.append(
+        f"baseline health: in-process p99/p50 {tails} (a ratio above 3x: the load, not the code, sets "
+        f"the figures); load {os.getloadavg()[0]:.1f}"
+    )
     return "\n".join(lines)
 
 
