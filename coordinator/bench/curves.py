@@ -175,6 +175,8 @@ def plot(curves: dict[str, list[Point]], directory: Path) -> list[Path]:
         memory_axis = cpu_axis.twinx()
         memory_axis.plot(xs, [p["pss_mb"] for p in points], "s--", color="tab:red")
         memory_axis.set_ylabel("PSS coordinator + workers (MB)", color="tab:red")
+        cpu_axis.set_ylim(bottom=0)  # from zero: a flat curve must look flat
+        memory_axis.set_ylim(bottom=0)
         cpu_axis.set_title(f"rhaipool: cost vs {_LABELS[name]}")
         figure.tight_layout()
         path = directory / f"{name}.png"
