@@ -7,9 +7,9 @@ httpcore's pool does work proportional to connections × waiting requests on eve
 single pool of 256 spends ~8 ms of CPU per GET here and managed 74 calls/s with a p99 of 12 s.
 Small clients of ``CONNECTIONS_PER_CLIENT`` connections each, callers spread over them, keep every
 connection alive and cost ~0.6 ms per GET (4 per client: also healthy at 1 024 callers, where
-clients of 8 still opened ~29 new connections per 1 000 calls with a p99 of 4.8 s). A baseline is reported with its own health (new
-connections per 1 000 calls, p99 against p50, throughput against the ceiling, its CPU use) so a
-ratio against a broken baseline is seen as such.
+clients of 8 still opened ~29 new connections per 1 000 calls with a p99 of 4.8 s). A baseline
+is reported with its own health (new connections per 1 000 calls, p99 against p50, throughput
+against the ceiling, its CPU use) so a ratio against a broken baseline is seen as such.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import httpx
 from coordinator.bench.measure import percentile_ms
 from coordinator.bench.standin import STATS_PATH
 
-__all__ = ["CONNECTIONS_PER_CLIENT", "HttpShape", "Run", "drive", "health", "plain_httpx", "raw_sockets"]
+__all__ = ["CONNECTIONS_PER_CLIENT", "HttpShape", "PlainHttpx", "RawSockets", "Run", "drive", "health"]
 
 CONNECTIONS_PER_CLIENT = 4
 Call = Callable[[], Awaitable[Any]]
@@ -92,8 +92,8 @@ async def server_stats(base_url: str) -> dict[str, int]:
         return stats
 
 
-class raw_sockets:
-    """``async with raw_sockets(base_url, shape) as one``: the ceiling client."""
+class RawSockets:
+    """``async with RawSockets(base_url, shape) as one``: the ceiling client."""
 
     def __init__(self, base_url: str, shape: HttpShape) -> None:
         host_port = base_url.split("/")[2]
@@ -133,8 +133,8 @@ class raw_sockets:
         self._idle.clear()
 
 
-class plain_httpx:
-    """``async with plain_httpx(base_url, shape, concurrency) as one``: small clients, round-robin by caller."""
+class PlainHttpx:
+    """``async with PlainHttpx(base_url, shape, concurrency) as one``: small clients, round-robin."""
 
     def __init__(
         self, base_url: str, shape: HttpShape, concurrency: int, per_client: int = CONNECTIONS_PER_CLIENT

@@ -54,7 +54,7 @@ async def concurrency_curve(
                 sampling = asyncio.create_task(sampler.run())
                 try:
                     run, _, coordinator, worker_cpu, _ = await providers._measure(
-                        one, level, max(50, 4 * level), base_url, (proc.pid,)
+                        one, level, max(50, 4 * level), base_url, (proc.pid,), sampler
                     )
                 finally:
                     sampling.cancel()

@@ -41,11 +41,11 @@ from coordinator.bench.baselines import (
     CONNECTIONS_PER_CLIENT,
     Call,
     HttpShape,
+    PlainHttpx,
+    RawSockets,
     Run,
     drive,
     health,
-    plain_httpx,
-    raw_sockets,
     server_stats,
 )
 from coordinator.bench.measure import CpuClock, PeakSampler, load_average, pss_bytes
@@ -73,23 +73,32 @@ def _calls(args: argparse.Namespace, concurrency: int) -> int:
 
 
 async def _measure(
-    one: Call, concurrency: int, calls: int, base_url: str, exclude: tuple[int, ...]
+    one: Call,
+    concurrency: int,
+    calls: int,
+    base_url: str,
+    exclude: tuple[int, ...],
+    sampler: PeakSampler | None = None,
 ) -> tuple[Run, int, float, float, int]:
     """A warm-up (4 calls per caller: the connections steady state needs open), then the run.
 
     Returns (run, new connections during the run, coordinator CPU s, workers CPU s, connections
     opened at this level, warm-up included: no more than the callers when connections are reused).
+    The ``sampler``'s own CPU during the run is not counted as the coordinator's.
     """
     start = await server_stats(base_url)
     await drive(one, concurrency, 4 * concurrency)
     before = await server_stats(base_url)
     clock = CpuClock(exclude)
+    sampling0 = sampler.cpu_seconds if sampler is not None else 0.0
     clock.start()
     run = await drive(one, concurrency, calls)
     cpu = clock.stop()
+    sampling = (sampler.cpu_seconds if sampler is not None else 0.0) - sampling0
     after = await server_stats(base_url)
     new = after["connections"] - before["connections"] - 1  # the stats request's own connection
-    return run, new, cpu.coordinator, cpu.workers, after["connections"] - start["connections"] - 2
+    opened = after["connections"] - start["connections"] - 2
+    return run, new, cpu.coordinator - sampling, cpu.workers, opened
 
 
 def _side(run: Run, new_connections: int, cpu: float, ceiling: float | None, opened: int) -> dict[str, Any]:
@@ -144,7 +153,7 @@ async def _pool(
             sampling = asyncio.create_task(sampler.run())
             try:
                 run, conns, coordinator, workers, opened = await _measure(
-                    one, concurrency, _calls(args, concurrency), base_url, (server_pid,)
+                    one, concurrency, _calls(args, concurrency), base_url, (server_pid,), sampler
                 )
             finally:
                 sampling.cancel()
@@ -153,7 +162,7 @@ async def _pool(
             side["workers_cpu_ms_per_call"] = workers / run.calls * 1000
             side["peak_pss_mb"] = sampler.peak / 2**20
             out[concurrency] = side
-        async with plain_httpx(base_url, SHAPES[args.shape][2], 1) as plain:
+        async with PlainHttpx(base_url, SHAPES[args.shape][2], 1) as plain:
             added = await _interleaved(plain, one, args.sequential)
     return out, added
 
@@ -202,10 +211,10 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     try:
         load_before = load_average()
         pool, added = await _pool(base_url, args, proc.pid)
-        raw = await _baseline(lambda c: raw_sockets(base_url, shape), base_url, args, proc.pid, None)
+        raw = await _baseline(lambda c: RawSockets(base_url, shape), base_url, args, proc.pid, None)
         ceiling = {c: raw[c]["throughput"] for c in args.concurrency}
         plain = await _baseline(
-            lambda c: plain_httpx(base_url, shape, c, args.httpx_per_client),
+            lambda c: PlainHttpx(base_url, shape, c, args.httpx_per_client),
             base_url,
             args,
             proc.pid,
@@ -245,7 +254,8 @@ def _line(label: str, side: dict[str, Any]) -> str:
     return (
         f"  {label:<12} {side['throughput']:7.0f} calls/s{ceiling}  p50 {side['p50_ms']:6.1f} ms  "
         f"p99 {side['p99_ms']:7.1f} ms  CPU {side['cpu_ms_per_call']:5.2f} ms/call  "
-        f"new conns {side['new_connections_per_1000']:5.1f}/1000 (at this level {side['connections_opened_at_level']})  load {side['load']:.1f}{verdict}"
+        f"new conns {side['new_connections_per_1000']:5.1f}/1000 "
+        f"(at this level {side['connections_opened_at_level']})  load {side['load']:.1f}{verdict}"
     )
 
 
@@ -264,10 +274,12 @@ def _print(r: dict[str, Any]) -> None:
         print(
             f"    pool/plain {ratio}  pool/ideal {q['of_ideal']:.0%}  CPU coordinator "
             f"{q['coordinator_cpu_ms_per_call']:.2f} + workers {q['workers_cpu_ms_per_call']:.2f} ms/call, "
-            f"added beyond plain httpx {q['added_cpu_ms_per_call']:.2f} ms  peak PSS {q['peak_pss_mb']:.0f} MB"
+            f"added beyond plain httpx {q['added_cpu_ms_per_call']:.2f} ms  "
+            f"peak PSS {q['peak_pss_mb']:.0f} MB"
         )
     print(
-        f"added p50 latency per call, one at a time: {r['added_p50_ms']:.2f} ms (median of pool - plain pairs)"
+        f"added p50 latency per call, one at a time: {r['added_p50_ms']:.2f} ms "
+        "(median of pool - plain pairs)"
     )
     if r["kb_per_extra_in_flight_call"] is not None:
         print(f"memory per extra in-flight call: {r['kb_per_extra_in_flight_call']:.0f} KB")

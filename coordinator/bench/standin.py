@@ -22,13 +22,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
-    "completion_reply",
-    "main",
     "MODELS",
+    "STATS_PATH",
     "Reply",
     "Request",
-    "STATS_PATH",
     "StandinServer",
+    "completion_reply",
+    "main",
 ]
 
 MODELS = [
@@ -208,7 +208,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 4096  # a burst of 1 024 connects must not overflow the backlog (SYN retries: 1 s, 3 s, ...)
+    # The listen backlog: a burst of 1 024 connects must not overflow it (SYN retries: 1 s, 3 s, ...).
+    request_queue_size = 4096
     owner: StandinServer
 
     def process_request(self, request: Any, client_address: Any) -> None:
