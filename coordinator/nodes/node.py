@@ -40,6 +40,7 @@ import zmq
 
 from coordinator.nodes import wire
 from coordinator.nodes.auth import curve_client
+from coordinator.nodes.errors import SessionEnded
 from proto import MAX_BODY_BYTES, SUPPORTED_VERSIONS, ProtocolError
 from proto.nodes import (
     Bye,
@@ -94,12 +95,6 @@ class _Child:
     pidfd: int
     started: float
     stderr_tail: bytearray = field(default_factory=bytearray)
-
-
-class _SessionEnd(Exception):
-    def __init__(self, why: str, leave: bool = False) -> None:
-        super().__init__(why)
-        self.leave = leave
 
 
 class Node:
@@ -181,7 +176,7 @@ class Node:
         try:
             while True:
                 self._serve_once()
-        except _SessionEnd as end:
+        except SessionEnded as end:
             log.warning("session with %s ended: %s", s.join, end)
             if end.leave:
                 dealer.close(linger=1000)  # let BYE out
@@ -226,18 +221,18 @@ class Node:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child.process.pid, signal.SIGKILL)
         elif isinstance(message, Reset):
-            raise _SessionEnd(f"reset by the coordinator: {message.reason}")
+            raise SessionEnded(f"reset by the coordinator: {message.reason}")
 
     def _timers(self, now: float) -> None:
         s, welcome = self.settings, self._welcome
         if welcome is None:
             if self._stopping:
-                raise _SessionEnd("stopped before joining", leave=True)
+                raise SessionEnded("stopped before joining", leave=True)
             if now - self._hello_at > s.welcome_timeout:
-                raise _SessionEnd(f"no WELCOME within {s.welcome_timeout:g} s")
+                raise SessionEnded(f"no WELCOME within {s.welcome_timeout:g} s")
             return
         if now - self._heard > welcome.liveness:
-            raise _SessionEnd(f"the coordinator was silent for {now - self._heard:.1f} s")
+            raise SessionEnded(f"the coordinator was silent for {now - self._heard:.1f} s")
         if now - self._beat_at >= welcome.heartbeat:
             self._beat_at = now
             self._send(NodeBeat(self._rss()))
@@ -247,10 +242,10 @@ class Node:
         if self._draining:
             if not self._children:
                 self._send(Bye("drained"))
-                raise _SessionEnd("drained", leave=True)
+                raise SessionEnded("drained", leave=True)
             if now - self._draining > s.drain_timeout:
                 self._send(Bye(f"drain timeout ({s.drain_timeout:g} s)"))
-                raise _SessionEnd("drain timeout", leave=True)
+                raise SessionEnded("drain timeout", leave=True)
         elif len(self._children) < s.workers and now >= self._next_spawn:
             self._spawn(welcome)
 

@@ -63,9 +63,26 @@ def check_outcome(hostile: Hostile, outcome: Any) -> None:
             f"{type(outcome).__name__}: {outcome} (expected {hostile.expect})"
         )
         return
-    assert "value" in hostile.expect, f"expected {hostile.expect}, got the value {str(outcome)[:200]!r}"
-    text = str(outcome)
+    text = "\n".join(strings_in(outcome))
+    assert "value" in hostile.expect, f"expected {hostile.expect}, got a value holding {text[:200]!r}"
     assert SECRET not in text and PLAIN not in text, f"leaked the host environment: {text[:200]!r}"
+
+
+def strings_in(value: Any) -> list[str]:
+    """Every string (keys included) inside ``value``, walked without recursion: values may nest 10 000 deep."""
+    found, todo = [], [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str | bytes):
+            found.append(item if isinstance(item, str) else item.decode("utf-8", "replace"))
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list | tuple):
+            todo.extend(item)
+        else:
+            found.append(repr(item))
+    return found
 
 
 async def healthy(arena: Arena) -> None:

@@ -49,7 +49,8 @@ def test_every_acknowledged_write_survives_kill_9(tmp_path: Path) -> None:
     timer = threading.Timer(rng.uniform(0.1, 0.8), service.process.kill)
     timer.start()
     client = service.client("acme")
-    for i in range(WRITES):
+    i = -1
+    while (i := i + 1) < WRITES or kills < KILLS:  # at least WRITES writes, and every planned crash
         try:
             _write(client, i)
         except ServiceError:
