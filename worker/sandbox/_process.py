@@ -13,6 +13,7 @@ import resource
 import signal
 import socket
 import threading
+from typing import Final
 
 __all__ = [
     "CLONE_NEWIPC",
@@ -69,6 +70,12 @@ def thread_count() -> int:
         return threading.active_count()
 
 
+ALLOCATOR_TUNING: Final = ("MIMALLOC_ARENA_RESERVE",)
+"""Variables that survive the scrub: allocator tuning the supervisor set, never a secret. mimalloc
+(the binding's allocator) reads its options lazily, at its first allocation, which comes after the
+scrub: without this, its default 1 GiB reservation would count against the worker's RLIMIT_AS."""
+
+
 def scrub_environment() -> LayerResult:
     """Clear ``os.environ`` and zero the exec-time environment block.
 
@@ -77,6 +84,7 @@ def scrub_environment() -> LayerResult:
     that range means a compromised worker cannot read them back either.
     """
     count = len(os.environ)
+    tuning = {name: os.environ[name] for name in ALLOCATOR_TUNING if name in os.environ}
     os.environ.clear()
     try:
         with open("/proc/self/stat", "rb") as fh:
@@ -91,7 +99,9 @@ def scrub_environment() -> LayerResult:
     leaked = dict(os.environ)
     if leaked:
         return False, f"variables remain after clear: {sorted(leaked)}"
-    return True, f"cleared {count} variables; {block}"
+    os.environ.update(tuning)  # set again after the zeroing: these copies live in the heap, not the block
+    kept = f"; kept {', '.join(sorted(tuning))}" if tuning else ""
+    return True, f"cleared {count} variables; {block}{kept}"
 
 
 def set_no_new_privs() -> LayerResult:
