@@ -34,7 +34,7 @@ from coordinator.egress.errors import HostError, denied_error, status_error, tra
 from coordinator.egress.policy import EgressDenied, EgressPolicy
 from coordinator.egress.sse import SseFramer
 
-__all__ = ["CONNECT_TIMEOUT_SECS", "Egress", "MAX_REDIRECTS"]
+__all__ = ["CONNECT_TIMEOUT_SECS", "MAX_REDIRECTS", "Egress"]
 
 CONNECT_TIMEOUT_SECS = 30.0
 MAX_REDIRECTS = 5
@@ -201,7 +201,7 @@ class _PolicyTransport(httpx.AsyncBaseTransport):
         return transport
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Dispatch to the least busy shard of the request's policy; count the request until its body closes."""
+        """Dispatch to the least busy shard of the request's policy; count it until its body closes."""
         policy = request.extensions.get("rhaipool_policy")
         if not isinstance(policy, EgressPolicy):
             raise EgressDenied("egress refused: request without a provider policy")

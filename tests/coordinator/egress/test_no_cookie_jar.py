@@ -1,4 +1,4 @@
-"""The shared client keeps no cookies: one provider's (or tenant's) Set-Cookie never reaches another's request.
+"""The shared client keeps no cookies: a Set-Cookie for one provider never rides on a later request.
 
 The reference's HTTP client has no cookie store; ours is one client for every provider and tenant,
 so a stored cookie would cross the tenant boundary.
