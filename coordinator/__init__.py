@@ -7,6 +7,9 @@ the config classes and the error tree of ``coordinator.errors``.
 
 from coordinator._core.calls import CallResult, CallStream, HostHandler, InvalidChunk
 from coordinator._core.config import Deadlines, Limits, PoolConfig, Recycling, RetryPolicy
+from coordinator._core.handles import ScriptHandle
+from coordinator._core.pool import Pool, PoolStatistics, WorkerInfo
+from coordinator._core.sync import SyncPool
 from coordinator.errors import (
     CallFailed,
     Cancelled,
@@ -32,9 +35,6 @@ from coordinator.errors import (
     WorkerCrashed,
     WorkerLost,
 )
-from coordinator._core.handles import ScriptHandle
-from coordinator._core.pool import Pool, PoolStatistics, WorkerInfo
-from coordinator._core.sync import SyncPool
 
 __version__ = "0.1.0"
 

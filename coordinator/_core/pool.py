@@ -37,14 +37,13 @@ from coordinator._core.calls import Call, CallResult, CallStream, HostHandler, R
 from coordinator._core.config import PoolConfig
 from coordinator._core.dispatcher import Dispatcher
 from coordinator._core.fleet import Fleet
-from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from coordinator._core.handles import ScriptHandle, sha256_of
 from coordinator._core.quotas import ScriptBook
 from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.workers import WorkerProcess, WorkerState
+from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from proto import Goodbye, Heartbeat, KillReason, Kind, Op, Ready, Shutdown
-
 
 __all__ = ["Pool", "PoolStatistics", "WorkerInfo"]
 
@@ -91,7 +90,9 @@ class PoolStatistics:
 class Pool:
     """Sandboxed Rhai workers behind one asyncio API.  Use as ``async with Pool(...) as pool``."""
 
-    def __init__(self, config: PoolConfig | None = None, *, nodes: Fleet | None = None, **options: Any) -> None:
+    def __init__(
+        self, config: PoolConfig | None = None, *, nodes: Fleet | None = None, **options: Any
+    ) -> None:
         """``nodes``: other machines running workers too (``coordinator.nodes.NodeListener``)."""
         self.config = config if config is not None else PoolConfig(**options)
         self._nodes = nodes

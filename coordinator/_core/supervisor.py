@@ -338,10 +338,14 @@ class Supervisor:
                 self.kill(worker, KillReason.SHUTDOWN_GRACE_EXPIRED)
             elif now - worker.last_seen > silent_limit and not self._events.busy(worker):
                 self.kill(worker, KillReason.HEARTBEAT_LOST)
-            if worker.state is WorkerState.ACTIVE and worker.remote is None and (
-                worker.calls >= recycling.max_calls
-                or now - worker.ready_at >= recycling.max_age
-                or (worker.rss_base and worker.rss - worker.rss_base > recycling.max_rss_growth)
+            if (
+                worker.state is WorkerState.ACTIVE
+                and worker.remote is None
+                and (
+                    worker.calls >= recycling.max_calls
+                    or now - worker.ready_at >= recycling.max_age
+                    or (worker.rss_base and worker.rss - worker.rss_base > recycling.max_rss_growth)
+                )
             ):
                 self.retire(worker)
         self.rebalance()
@@ -352,7 +356,9 @@ class Supervisor:
         for worker in list(self.workers.values()):
             try:
                 remote = worker.remote
-                worker.rss = remote.rss if remote is not None else psutil.Process(worker.pid).memory_info().rss
+                worker.rss = (
+                    remote.rss if remote is not None else psutil.Process(worker.pid).memory_info().rss
+                )
             except psutil.Error:
                 continue
             if worker.calls and not worker.rss_base:

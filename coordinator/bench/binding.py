@@ -19,12 +19,11 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgpack
-
 import rhai
+
 from coordinator._cli.demo import EXAMPLES
 
 BRAIN = """
@@ -39,11 +38,19 @@ fn render(ctx) {
 
 def region_ctx(entries: int) -> dict[str, Any]:
     """A render ctx of SPEC §1.5's shape with ~200-character contents."""
-    content = ("The user prefers concise answers and works in UTC+1; remember the project codename. " * 3)[:200]
+    content = ("The user prefers concise answers and works in UTC+1; remember the project codename. " * 3)[
+        :200
+    ]
     return {
         "region": {"name": "brain", "budget": 8000, "current_tokens": entries * 50, "entry_count": entries},
         "entries": [
-            {"content": f"{i}: {content}", "tokens": 50, "timestamp": 1_760_000_000 + i, "key": None, "kind": "text"}
+            {
+                "content": f"{i}: {content}",
+                "tokens": 50,
+                "timestamp": 1_760_000_000 + i,
+                "key": None,
+                "kind": "text",
+            }
             for i in range(entries)
         ],
         "stage_name": "main",
@@ -71,7 +78,9 @@ def p(values: list[float], q: float) -> float:
 
 
 def run(seconds: float) -> dict[str, Any]:
-    engine = rhai.Engine(max_operations=10**12, max_string_size=10**8, max_array_size=10**7, max_map_size=10**7)
+    engine = rhai.Engine(
+        max_operations=10**12, max_string_size=10**8, max_array_size=10**7, max_map_size=10**7
+    )
     echo = engine.compile("fn f(x) { x }", name="echo.rhai")
     results: dict[str, Any] = {}
 
@@ -80,23 +89,34 @@ def run(seconds: float) -> dict[str, Any]:
 
     call = timings(lambda: echo.call("f", 1), seconds=seconds)
     base = timings(lambda: py_echo(1), seconds=seconds / 4)
-    results["call_overhead"] = {"p50_us": p(call, 50) * 1e6, "p99_us": p(call, 99) * 1e6,
-                                "baseline_python_call_p50_us": p(base, 50) * 1e6}
+    results["call_overhead"] = {
+        "p50_us": p(call, 50) * 1e6,
+        "p99_us": p(call, 99) * 1e6,
+        "baseline_python_call_p50_us": p(base, 50) * 1e6,
+    }
 
     ctx = region_ctx(100)
     assert echo.call("f", ctx) == ctx
     rt = timings(lambda: echo.call("f", ctx), seconds=seconds)
     mp = timings(lambda: msgpack.unpackb(msgpack.packb(ctx)), seconds=seconds)
-    results["ctx_round_trip_100"] = {"rhai_p50_us": p(rt, 50) * 1e6, "msgpack_p50_us": p(mp, 50) * 1e6,
-                                     "ratio": p(rt, 50) / p(mp, 50), "target_ratio": 1.5}
+    results["ctx_round_trip_100"] = {
+        "rhai_p50_us": p(rt, 50) * 1e6,
+        "msgpack_p50_us": p(mp, 50) * 1e6,
+        "ratio": p(rt, 50) / p(mp, 50),
+        "target_ratio": 1.5,
+    }
 
     loop = engine.compile("fn f(n) { let x = 0; while x < n { x += 1; } x }")
     n = 2_000_000
     t0 = time.perf_counter()
     ops = loop.call_detailed("f", n).operations
     dt = time.perf_counter() - t0
-    results["counting_loop"] = {"iterations": n, "operations": ops, "ops_per_second": ops / dt,
-                                "iterations_per_second": n / dt}
+    results["counting_loop"] = {
+        "iterations": n,
+        "operations": ops,
+        "ops_per_second": ops / dt,
+        "iterations_per_second": n / dt,
+    }
 
     sources = {"builtin/brain.rhai": BRAIN}
     for path in sorted(EXAMPLES.rglob("*.rhai")):
@@ -104,7 +124,9 @@ def run(seconds: float) -> dict[str, Any]:
     compile_times = {}
     for name, src in sources.items():
         try:
-            t = timings(lambda src=src, name=name: engine.compile(src, name=name), seconds=seconds / 8, min_runs=20)
+            t = timings(
+                lambda src=src, name=name: engine.compile(src, name=name), seconds=seconds / 8, min_runs=20
+            )
             compile_times[name] = {"p50_us": p(t, 50) * 1e6, "bytes": len(src)}
         except rhai.CompileError as exc:
             compile_times[name] = {"error": str(exc)}
@@ -122,12 +144,18 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(results, indent=2))
         return
     c, r, lp = results["call_overhead"], results["ctx_round_trip_100"], results["counting_loop"]
-    print(f"call overhead fn f(x) {{ x }}   p50 {c['p50_us']:8.2f} us  p99 {c['p99_us']:8.2f} us"
-          f"  (python call p50 {c['baseline_python_call_p50_us']:.3f} us)")
-    print(f"100-entry ctx round trip       p50 {r['rhai_p50_us']:8.1f} us  msgpack p50 {r['msgpack_p50_us']:8.1f} us"
-          f"  ratio {r['ratio']:.2f}x (target <= {r['target_ratio']}x)")
-    print(f"counting loop                  {lp['ops_per_second'] / 1e6:8.1f} M ops/s"
-          f"  ({lp['iterations_per_second'] / 1e6:.1f} M iterations/s)")
+    print(
+        f"call overhead fn f(x) {{ x }}   p50 {c['p50_us']:8.2f} us  p99 {c['p99_us']:8.2f} us"
+        f"  (python call p50 {c['baseline_python_call_p50_us']:.3f} us)"
+    )
+    print(
+        f"100-entry ctx round trip       p50 {r['rhai_p50_us']:8.1f} us  msgpack p50 {r['msgpack_p50_us']:8.1f} us"
+        f"  ratio {r['ratio']:.2f}x (target <= {r['target_ratio']}x)"
+    )
+    print(
+        f"counting loop                  {lp['ops_per_second'] / 1e6:8.1f} M ops/s"
+        f"  ({lp['iterations_per_second'] / 1e6:.1f} M iterations/s)"
+    )
     for name, t in results["compile"].items():
         shown = f"p50 {t['p50_us']:8.1f} us  ({t['bytes']} bytes)" if "p50_us" in t else t["error"]
         print(f"compile {name:<30} {shown}")

@@ -120,7 +120,7 @@ class Topology:
             try:
                 _enter(namespace)
                 outcome.append(work())
-            except BaseException as exc:  # noqa: BLE001 (handed to the caller's thread, re-raised there)
+            except BaseException as exc:
                 failure.append(exc)
 
         thread = threading.Thread(target=target, name=f"netns-{namespace}")

@@ -25,6 +25,7 @@ from coordinator.egress.sse import SseFramer
 
 __all__ = [
     "CONNECT_TIMEOUT_SECS",
+    "MAX_REDIRECTS",
     "Egress",
     "EgressBudgetExhausted",
     "EgressCapacityError",
@@ -35,10 +36,9 @@ __all__ = [
     "EnvResolver",
     "HostError",
     "ResponseBudgetExhausted",
+    "SseFramer",
     "StreamBudgetExhausted",
     "TenantRequestsExceeded",
     "TenantResponseBytesExceeded",
     "is_credential_shaped",
-    "MAX_REDIRECTS",
-    "SseFramer",
 ]

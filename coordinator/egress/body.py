@@ -15,11 +15,11 @@ import httpx
 from coordinator.egress.errors import HostError
 
 __all__ = [
+    "MOJIBAKE_MIN_CHARS",
+    "MOJIBAKE_RATIO",
     "charset_of",
     "decode_lossy",
     "is_text_like",
-    "MOJIBAKE_MIN_CHARS",
-    "MOJIBAKE_RATIO",
     "read_capped",
     "readable_text",
 ]

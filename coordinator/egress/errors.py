@@ -27,17 +27,17 @@ import httpx
 from proto.errors import RhaipoolError
 
 __all__ = [
+    "MAX_ERROR_BODY_CHARS",
     "EgressBudgetExhausted",
     "EgressCapacityError",
     "EgressDenied",
     "EgressQuotaExceeded",
+    "HostError",
     "ResponseBudgetExhausted",
     "StreamBudgetExhausted",
     "TenantRequestsExceeded",
     "TenantResponseBytesExceeded",
     "denied_error",
-    "HostError",
-    "MAX_ERROR_BODY_CHARS",
     "reason_phrase",
     "retry_after_secs",
     "status_error",

@@ -24,10 +24,10 @@ from coordinator.egress.addresses import IPAddress, is_site_local, reached_ipv4
 from coordinator.egress.errors import EgressDenied
 
 __all__ = [
+    "METADATA_ADDRESSES",
     "EgressDenied",
     "EgressPolicy",
     "host_of",
-    "METADATA_ADDRESSES",
 ]
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

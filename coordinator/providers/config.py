@@ -19,17 +19,17 @@ from typing import Any
 from coordinator.providers.errors import ProviderConfigError
 
 __all__ = [
-    "candidate_names",
     "DEFAULT_CONFIG_PATH",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_PROVIDERS_DIR",
     "DEFAULT_REQUEST_TIMEOUT_SECS",
+    "ProviderConfigError",
+    "ProviderTable",
+    "ProvidersConfig",
+    "RateLimit",
+    "candidate_names",
     "load_config",
     "parse_config",
-    "ProviderConfigError",
-    "ProvidersConfig",
-    "ProviderTable",
-    "RateLimit",
     "refreshed",
     "resolve_script",
 ]

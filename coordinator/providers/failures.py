@@ -167,7 +167,11 @@ def classify_thrown(value: Any) -> ProviderError:
     message = decorate(message, value.get("failure_kind"))
     if kind == "rate_limited":
         after = value.get("retry_after")
-        wait = min(after, MAX_RETRY_AFTER_SECS) if isinstance(after, int) and not isinstance(after, bool) and after >= 0 else None
+        wait = (
+            min(after, MAX_RETRY_AFTER_SECS)
+            if isinstance(after, int) and not isinstance(after, bool) and after >= 0
+            else None
+        )
         return RateLimitExceeded(message, capacity=True, retry_after=wait)
     if kind in ("transport", "server"):
         return RequestFailed(message)

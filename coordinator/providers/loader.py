@@ -25,13 +25,13 @@ from coordinator.providers.host import ProviderHost
 from coordinator.providers.metadata import Metadata, parse_metadata
 
 __all__ = [
-    "check_functions",
-    "LoadedProvider",
     "MAX_CACHED",
     "OPTIONAL",
-    "ProviderLoader",
+    "LoadedProvider",
     "ProviderLoadError",
+    "ProviderLoader",
     "ProviderNotFound",
+    "check_functions",
 ]
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from coordinator.providers.response import Unconvertible, to_plain, uint
 
 __all__ = [
     "Capabilities",
-    "capabilities",
     "ModelInfo",
+    "capabilities",
     "parse_models",
 ]
 

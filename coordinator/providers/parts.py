@@ -16,10 +16,10 @@ from typing import Any
 from coordinator.providers.metadata import MimeRow
 
 __all__ = [
-    "decode_standard",
     "OCTET_STREAM",
-    "parse_parts",
     "Part",
+    "decode_standard",
+    "parse_parts",
     "sniff",
 ]
 

@@ -13,7 +13,7 @@ from collections import deque
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.config import RateLimit
 
-__all__ = ["Backoff429", "RateLimiter", "WINDOW_SECS"]
+__all__ = ["WINDOW_SECS", "Backoff429", "RateLimiter"]
 
 WINDOW_SECS = 60.0
 _SLACK = 0.05

@@ -16,10 +16,10 @@ from coordinator.providers.models import Capabilities
 from coordinator.providers.response import to_json_text
 
 __all__ = [
-    "build_request",
     "DEFAULT_TEMPERATURE",
-    "prompt_text",
     "RequestError",
+    "build_request",
+    "prompt_text",
 ]
 
 DEFAULT_TEMPERATURE = 0.7

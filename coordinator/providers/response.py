@@ -20,20 +20,20 @@ from coordinator.providers.parts import Part, parse_parts
 from proto.values import copy_nested
 
 __all__ = [
+    "Response",
+    "ResponseToolCall",
+    "StreamChunk",
+    "TokenUsage",
+    "ToolCallDelta",
+    "Unconvertible",
     "collapse",
     "finish_reason",
     "parse_chunk",
     "parse_response",
     "parse_usage",
-    "Response",
-    "ResponseToolCall",
-    "StreamChunk",
     "to_json_text",
     "to_plain",
-    "TokenUsage",
-    "ToolCallDelta",
     "uint",
-    "Unconvertible",
 ]
 
 _FINISH = {
@@ -288,7 +288,7 @@ def _float_text(value: float) -> str:
     digits = stripped.rstrip("0") or "0"
     length, kk = len(digits), point
     k = kk - length
-    if 0 <= k and kk <= 16:
+    if k >= 0 and kk <= 16:
         text = digits + "0" * k + ".0"
     elif 0 < kk <= 16:
         text = digits[:kk] + "." + digits[kk:]

@@ -17,8 +17,8 @@ from coordinator.providers.runtime import ProviderRuntime
 from proto.errors import RhaipoolError
 
 __all__ = [
-    "open_runtime",
     "ProviderValidation",
+    "open_runtime",
     "read_config",
     "validate_provider",
 ]

@@ -55,7 +55,7 @@ class RegionPool(Protocol):
         fn: str,
         /,
         *args: Any,
-        timeout: float | None = ...,  # noqa: ASYNC109 - the pool's per-call deadline, not ours to await
+        timeout: float | None = ...,
         tenant: str = ...,
         resident: Any = ...,
     ) -> Any:

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 import rhai
 from rhai_helpers import run
 
@@ -38,7 +37,7 @@ def test_stream_request_callback(engine: rhai.Engine) -> None:
 
     engine.register_fn("stream_request", stream_request)
     script = engine.compile(
-        "fn f() { let seen = []; stream_request(\"u\", \"{}\", #{}, |c| { seen.push(c.to_upper()); }); seen }"
+        'fn f() { let seen = []; stream_request("u", "{}", #{}, |c| { seen.push(c.to_upper()); }); seen }'
     )
     assert script.call("f") == ["A", "B", "C"]
     assert isinstance(calls[0], rhai.Callback)
@@ -53,7 +52,7 @@ def test_callback_return_value_and_throw(engine: rhai.Engine) -> None:
     engine.register_fn("apply", apply)
     assert run(engine, "apply(|x| x * 2, 21)") == 42
     # A throw inside the closure that the host lets escape reaches the script unchanged.
-    assert run(engine, 'let r = (); try { apply(|x| throw #{k: x}, 5) } catch (e) { r = e.k } r') == 5
+    assert run(engine, "let r = (); try { apply(|x| throw #{k: x}, 5) } catch (e) { r = e.k } r") == 5
 
 
 def test_callback_limit_errors_are_not_swallowed() -> None:
@@ -73,7 +72,9 @@ def test_callback_limit_errors_are_not_swallowed() -> None:
 
 def test_python_callable_as_fn_pointer(engine: rhai.Engine) -> None:
     chunks: list[Any] = []
-    script = engine.compile('fn stream(req, on_chunk) { on_chunk.call(#{delta: req}); call(on_chunk, "x"); 1 }')
+    script = engine.compile(
+        'fn stream(req, on_chunk) { on_chunk.call(#{delta: req}); call(on_chunk, "x"); 1 }'
+    )
     assert script.call("stream", "hi", chunks.append) == 1
     assert chunks == [{"delta": "hi"}, "x"]
 
@@ -116,7 +117,7 @@ def test_eight_threads_one_script() -> None:
         try:
             for _ in range(5):
                 results[k] = script.call("f", 20_000 + k, timeout=30)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]

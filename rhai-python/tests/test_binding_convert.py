@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+import rhai
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import rhai
 
 ECHO = rhai.Engine(max_string_size=10**7, max_array_size=10**6, max_map_size=10**6).compile("fn f(x) { x }")
 
@@ -17,7 +16,9 @@ def echo(value: object) -> object:
     return ECHO.call("f", value)
 
 
-@pytest.mark.parametrize("value", [None, True, False, 0, -1, 2**63 - 1, -(2**63), 1.5, "", "héllo\u202f", b"\x00\xff"])
+@pytest.mark.parametrize(
+    "value", [None, True, False, 0, -1, 2**63 - 1, -(2**63), 1.5, "", "héllo\u202f", b"\x00\xff"]
+)
 def test_scalars_round_trip(value: object) -> None:
     out = echo(value)
     assert out == value
@@ -103,7 +104,10 @@ def test_round_trip_property(value: object) -> None:
 
 
 finite_json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
     max_leaves=30,

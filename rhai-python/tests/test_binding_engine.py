@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 import rhai
 from rhai_helpers import run
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 import rhai
 from rhai_helpers import run
 
@@ -46,7 +45,7 @@ def test_thrown_string_and_number(engine: rhai.Engine) -> None:
 
 
 def test_error_inside_nested_function_keeps_frames(engine: rhai.Engine) -> None:
-    script = engine.compile("fn inner() {\n  throw \"deep\"\n}\nfn outer() { inner() }", name="n.rhai")
+    script = engine.compile('fn inner() {\n  throw "deep"\n}\nfn outer() { inner() }', name="n.rhai")
     with pytest.raises(rhai.ScriptThrow) as info:
         script.call("outer")
     assert info.value.line == 2
@@ -70,7 +69,9 @@ def test_host_throw_is_catchable(engine: rhai.Engine) -> None:
         raise rhai.Throw({"message": "nope", "kind": kind})
 
     engine.register_fn("fail", fail)
-    assert run(engine, 'let r = (); try { fail("x"); r = 1 } catch (e) { r = e.kind + e.message } r') == "xnope"
+    assert (
+        run(engine, 'let r = (); try { fail("x"); r = 1 } catch (e) { r = e.kind + e.message } r') == "xnope"
+    )
     with pytest.raises(rhai.ScriptThrow) as info:
         run(engine, 'fail("y")')
     assert info.value.value == {"message": "nope", "kind": "y"}

@@ -7,13 +7,12 @@ import math
 import random
 
 import pytest
-
 import rhai
 from rhai_helpers import run
 
 
 def test_to_json_format() -> None:
-    value = {"b": [1, 2.0, None, True], "a": "x\u202f\u200b\ufeff/\"\\\n\x01"}
+    value = {"b": [1, 2.0, None, True], "a": 'x\u202f\u200b\ufeff/"\\\n\x01'}
     assert rhai.to_json(value) == '{"a":"x\u202f\u200b\ufeff/\\"\\\\\\n\\u0001","b":[1,2.0,null,true]}'
 
 
@@ -79,12 +78,15 @@ def test_script_parse_json(engine: rhai.Engine) -> None:
     with pytest.raises(rhai.ScriptThrow) as info:
         run(engine, 'parse_json("{\\"a\\": 1 + 2}")')
     assert str(info.value.value).startswith("parse_json:")
-    assert run(engine, 'let r = (); try { parse_json("nope") } catch (e) { r = e.sub_string(0, 11) } r') == "parse_json:"
+    assert (
+        run(engine, 'let r = (); try { parse_json("nope") } catch (e) { r = e.sub_string(0, 11) } r')
+        == "parse_json:"
+    )
 
 
 def test_script_to_json_of_function_pointer_fails(engine: rhai.Engine) -> None:
     with pytest.raises(rhai.ScriptThrow, match="to_json"):
-        run(engine, "to_json(#{f: Fn(\"x\")})")
+        run(engine, 'to_json(#{f: Fn("x")})')
 
 
 def test_pe4_to_json_invisible_characters(engine: rhai.Engine) -> None:
@@ -94,7 +96,11 @@ def test_pe4_to_json_invisible_characters(engine: rhai.Engine) -> None:
     assert json.loads(text) == {"content": "NASDAQ:\u202fCBRS\u200b wafer\u2011scale\ufeff"}
     text2 = run(engine, r'to_json([#{a:"x\u202fy"},"b\u200bc",1])')
     assert json.loads(text2) == [{"a": "x\u202fy"}, "b\u200bc", 1]  # type: ignore[arg-type]
-    assert run(engine, r'parse_json(to_json([#{a:"x\u202fy"},"b\u200bc",1]))') == [{"a": "x\u202fy"}, "b\u200bc", 1]
+    assert run(engine, r'parse_json(to_json([#{a:"x\u202fy"},"b\u200bc",1]))') == [
+        {"a": "x\u202fy"},
+        "b\u200bc",
+        1,
+    ]
 
 
 def test_pe5_to_json_basics(engine: rhai.Engine) -> None:
@@ -118,7 +124,7 @@ def _ryu_spelling(value: float) -> str:
     k += len(digits) - len(stripped)
     digits, length = stripped, len(stripped)
     kk = length + k
-    if 0 <= k and kk <= 16:
+    if k >= 0 and kk <= 16:
         text = digits + "0" * k + ".0"
     elif 0 < kk <= 16:
         text = digits[:kk] + "." + digits[kk:]

@@ -6,7 +6,6 @@ import threading
 import time
 
 import pytest
-
 import rhai
 from rhai_helpers import run
 
@@ -47,10 +46,10 @@ def test_string_doubling_is_data_too_large(engine: rhai.Engine) -> None:
 def test_region_string_cap_re5() -> None:
     region = rhai.Engine(max_string_size=1_000_000)
     with pytest.raises(rhai.DataTooLarge):
-        run(region, 'let s = ""; s.pad(1000001, \'x\'); s')
-    assert len(run(region, 'let s = ""; s.pad(8000, \'x\'); s')) == 8000  # type: ignore[arg-type]
+        run(region, "let s = \"\"; s.pad(1000001, 'x'); s")
+    assert len(run(region, "let s = \"\"; s.pad(8000, 'x'); s")) == 8000  # type: ignore[arg-type]
     provider = rhai.Engine(max_string_size=2_000_000)
-    assert len(run(provider, 'let s = ""; s.pad(1000001, \'x\'); s')) == 1_000_001  # type: ignore[arg-type]
+    assert len(run(provider, "let s = \"\"; s.pad(1000001, 'x'); s")) == 1_000_001  # type: ignore[arg-type]
 
 
 def test_array_cap_re6() -> None:
@@ -133,7 +132,7 @@ def test_limits_behave_the_same_without_explicit_values() -> None:
 def test_argument_size_check_can_be_left_to_the_script() -> None:
     """Region hooks: the reference never checks arguments, only what scripts build."""
     engine = rhai.Engine(max_map_size=10, check_argument_sizes=False)
-    script = engine.compile("fn f(m) { let x = m; x.k4 + m.k3 + m[\"k16\"] } fn g(m) { m.extra = 1; m }")
+    script = engine.compile('fn f(m) { let x = m; x.k4 + m.k3 + m["k16"] } fn g(m) { m.extra = 1; m }')
     big = {f"k{i}": i for i in range(20)}
     assert script.call("f", big) == 23
     # Rhai itself still checks a value a method is called on, as in the reference.

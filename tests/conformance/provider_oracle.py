@@ -31,7 +31,12 @@ FIXED: dict[str, tuple[int, str, bytes, dict[str, str]]] = {
     "/png": (200, "image/png", b"\x89PNG\r\n\x1a\n" + bytes(range(40)), {}),
     "/fffd": (200, "text/plain; charset=utf-8", b"ab" + b"\xff\xfe" * 40 + b"cd" * 20, {}),
     "/latin1": (200, "text/plain; charset=iso-8859-1", "caf\u00e9 cr\u00e8me".encode("latin-1"), {}),
-    "/sse": (200, "text/event-stream", b'data: {"a":1}\n\ndata: two\n\n: c\n\ndata: [DONE]\n\ndata: after\n\n', {}),
+    "/sse": (
+        200,
+        "text/event-stream",
+        b'data: {"a":1}\n\ndata: two\n\n: c\n\ndata: [DONE]\n\ndata: after\n\n',
+        {},
+    ),
 }
 
 
@@ -127,9 +132,7 @@ def script_path(case: dict[str, Any], scratch: Path, leviath_checkout: Path | No
 
 def script_http(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The requests as the script made them: client-added headers dropped."""
-    return [
-        dict(entry, headers=[h for h in entry["headers"] if h[0] not in CLIENT_HEADERS]) for entry in log
-    ]
+    return [dict(entry, headers=[h for h in entry["headers"] if h[0] not in CLIENT_HEADERS]) for entry in log]
 
 
 def _usage(u: Any) -> dict[str, int]:
@@ -201,7 +204,11 @@ async def run_case(runtime: Any, name: str, case: dict[str, Any]) -> dict[str, A
                 items: list[dict[str, Any]] = []
                 try:
                     async for item in runtime.stream(name, case["request"]):
-                        items.append({"error": _error(item)} if isinstance(item, BaseException) else {"chunk": _chunk(item)})
+                        items.append(
+                            {"error": _error(item)}
+                            if isinstance(item, BaseException)
+                            else {"chunk": _chunk(item)}
+                        )
                 except ProviderError as exc:
                     if not items:
                         raise

@@ -24,10 +24,14 @@ def test_a_sliding_prefix_cache_hint_reaches_the_script_unchanged() -> None:
         "messages": [{"role": "user", "content": "hi"}],
     }
     request = build_request(raw, CAPS)
-    assert request["system"] == [{"text": "ctx", "cache_hint": hint, "region": "brain", "volatility": "grows"}]
+    assert request["system"] == [
+        {"text": "ctx", "cache_hint": hint, "region": "brain", "volatility": "grows"}
+    ]
 
 
-@pytest.mark.parametrize("block", [{"text": "t", "cache_hint": ["Always"]}, {"text": "t", "volatility": {"a": 1}}])
+@pytest.mark.parametrize(
+    "block", [{"text": "t", "cache_hint": ["Always"]}, {"text": "t", "volatility": {"a": 1}}]
+)
 def test_an_unhashable_hint_or_volatility_is_a_request_error(block: dict[str, object]) -> None:
     with pytest.raises(RequestError):
         build_request({"model": "m1", "system": [block], "messages": []}, CAPS)
@@ -52,7 +56,9 @@ def test_a_compile_error_names_its_position_as_the_reference_does(tmp_path: Path
 
     async def main() -> str:
         async with Pool(workers=1) as pool:
-            runtime = ProviderRuntime(PoolExecutor(pool), None, parse_config({"providers_dir": str(tmp_path)}))
+            runtime = ProviderRuntime(
+                PoolExecutor(pool), None, parse_config({"providers_dir": str(tmp_path)})
+            )
             with pytest.raises(ProviderLoadError) as info:
                 await runtime.get("broken")
             return str(info.value)

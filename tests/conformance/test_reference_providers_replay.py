@@ -31,15 +31,26 @@ from provider_oracle import (
 if TYPE_CHECKING:
     from region_pool import Pooled
 
-REFERENCE: dict[str, Any] = json.loads((Path(__file__).parent / "providers" / "reference.json").read_text("utf-8"))
+REFERENCE: dict[str, Any] = json.loads(
+    (Path(__file__).parent / "providers" / "reference.json").read_text("utf-8")
+)
 CASES = {c["name"]: c for c in load_cases() if not c["script"].startswith("@leviath/")}
 
 _USAGE = "token usage read the seed's way (fresh prompt tokens, derived total)"
 #: Case -> the entry of docs/differences.md that explains it.
 DELIBERATE = {
     **dict.fromkeys(
-        ["seed_groq_text", "seed_groq_tools", "seed_groq_extra", "echo_usage_full", "echo_usage_no_total",
-         "echo_usage_negative", "echo_usage_small_total", "echo_usage_cached_over_prompt", "stream_collapsed"],
+        [
+            "seed_groq_text",
+            "seed_groq_tools",
+            "seed_groq_extra",
+            "echo_usage_full",
+            "echo_usage_no_total",
+            "echo_usage_negative",
+            "echo_usage_small_total",
+            "echo_usage_cached_over_prompt",
+            "stream_collapsed",
+        ],
         _USAGE,
     ),
     "seed_groq_temperature_07": "temperature is not widened to f32",

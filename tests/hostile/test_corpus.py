@@ -111,7 +111,7 @@ def test_attack_fails_only_itself(arena: Arena, hostile: Hostile) -> None:
             await asyncio.sleep(0.002)
         try:
             outcome: Any = await task
-        except Exception as exc:  # noqa: BLE001 - judged below: typed, and the one the header names
+        except Exception as exc:
             outcome = exc
         check_outcome(hostile, outcome)
         await healthy(arena)

@@ -52,7 +52,7 @@ async def quiet_alongside(
         await asyncio.sleep(0.002)
     try:
         outcome: Any = await task
-    except Exception as exc:  # noqa: BLE001 - judged by the caller
+    except Exception as exc:
         outcome = exc
     return baseline, samples, outcome
 

@@ -15,9 +15,9 @@ import pytest
 from pool_support import SCRIPT, run
 
 from coordinator._core.config import Deadlines, Limits, PoolConfig, RetryPolicy
-from coordinator.errors import CompileError, LimitExceeded, Quarantined, ScriptTimeout
 from coordinator._core.handles import ScriptHandle
 from coordinator._core.pool import Pool
+from coordinator.errors import CompileError, LimitExceeded, Quarantined, ScriptTimeout
 
 CONFIG = PoolConfig(
     workers=2,

@@ -25,9 +25,9 @@ from pool_support import SCRIPT, run
 
 from coordinator._core.config import Deadlines, PoolConfig
 from coordinator._core.hostcalls import MAX_OPEN_HOST_CALLS
-from coordinator.errors import CallFailed, ScriptTimeout, WorkerCrashed
 from coordinator._core.pool import Pool
 from coordinator._core.workers import WorkerProcess
+from coordinator.errors import CallFailed, ScriptTimeout, WorkerCrashed
 from proto import (
     SIGNATURE,
     Call,

@@ -16,8 +16,8 @@ import psutil
 import zmq
 from pool_support import SCRIPT, run
 
-from coordinator.errors import CallFailed, WorkerLost
 from coordinator._core.pool import Pool
+from coordinator.errors import CallFailed, WorkerLost
 from proto import SIGNATURE, Call, Command, Result, encode
 
 
@@ -94,7 +94,9 @@ def test_ten_thousand_calls_while_workers_are_killed_at_random() -> None:
             stats = pool.statistics()
             assert stats.calls_ok + stats.calls_failed == 10_000 + 1  # + the load
             assert stats.inflight == 0 and stats.queued == 0
-            assert not pool._dispatcher.placements.per_tenant  # every placed attempt was released exactly once
+            assert (
+                not pool._dispatcher.placements.per_tenant
+            )  # every placed attempt was released exactly once
 
     run(scenario(), timeout=110)
 

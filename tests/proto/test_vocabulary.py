@@ -57,7 +57,7 @@ def test_a_word_outside_the_vocabulary_is_malformed(field: str, value: str) -> N
 def test_the_old_sets_are_the_enums() -> None:
     assert {"load", "call", "stream"} == OPS == set(Op)
     assert {"region", "provider"} == KINDS == set(Kind)
-    assert ERROR_CLASSES == set(ErrorClass) and "ResidentMissing" in ERROR_CLASSES
+    assert set(ErrorClass) == ERROR_CLASSES and "ResidentMissing" in ERROR_CLASSES
 
 
 def test_only_the_pools_own_reasons_blame_a_call() -> None:
@@ -71,7 +71,7 @@ def test_brokered_lists_derive_from_the_one_table() -> None:
         "region": {},
         "provider": {"http_get": (1, 2), "http_post": (2, 3), "stream_request": (4,), "env_var": (1,)},
     }
-    assert STREAMING_HOST_CALLS == {"stream_request"}
+    assert {"stream_request"} == STREAMING_HOST_CALLS
     stream = BROKERED_FUNCTIONS[Kind.PROVIDER]["stream_request"]
     assert stream.wire_signatures == (("string", "string", "map"),)
     assert stream.signatures == (("string", "string", "map", "fnptr"),)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from rhai._rhai import (
     RHAI_VERSION,
-    CallResult,
     Callback,
+    CallResult,
     CancelToken,
     Engine,
     FnPtr,

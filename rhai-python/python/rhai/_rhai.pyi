@@ -74,7 +74,9 @@ class Script:
     def functions(self) -> list[tuple[str, int]]:
         """Public script functions as ``(name, arity)``, sorted."""
     def has_function(self, name: str, arity: int) -> bool: ...
-    def call(self, name: str, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None) -> Any:
+    def call(
+        self, name: str, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None
+    ) -> Any:
         """Run one public function on a fresh scope (top-level statements run first).
 
         Raises:

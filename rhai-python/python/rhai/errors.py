@@ -129,7 +129,7 @@ class Cancelled(RhaiError):
     """A ``CancelToken`` stopped the call."""
 
 
-class Throw(Exception):  # noqa: N818 - it is an instruction, not an error report
+class Throw(Exception):
     """Raise from a host function to throw ``value`` into the script (catchable)."""
 
     def __init__(self, value: Any) -> None:

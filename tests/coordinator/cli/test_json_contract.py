@@ -14,7 +14,15 @@ from click.testing import CliRunner
 
 from coordinator._cli.main import main
 
-_BENCH = {"bench regions", "bench providers", "bench service", "bench binding", "bench pool", "bench nodes", "bench curves"}
+_BENCH = {
+    "bench regions",
+    "bench providers",
+    "bench service",
+    "bench binding",
+    "bench pool",
+    "bench nodes",
+    "bench curves",
+}
 """Benchmarks forward their arguments to their own parsers; they are not user commands with --json errors."""
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pool_support import run
 
-from coordinator.errors import Cancelled, HostCallError, ScriptError, WorkerLost
 from coordinator._core.pool import Pool
+from coordinator.errors import Cancelled, HostCallError, ScriptError, WorkerLost
 
 PROVIDER = """
 fn fetch(url) { http_get(url, #{ auth: "k" }) }

@@ -11,6 +11,7 @@ import pytest
 from pool_support import SCRIPT, run
 
 from coordinator._core.config import Deadlines, Limits, PoolConfig, Recycling
+from coordinator._core.pool import Pool
 from coordinator.errors import (
     CompileError,
     LimitExceeded,
@@ -21,7 +22,6 @@ from coordinator.errors import (
     ScriptError,
     ScriptTimeout,
 )
-from coordinator._core.pool import Pool
 from proto import Call as CallMessage
 from proto import decode
 

@@ -11,8 +11,8 @@ import pytest
 from pool_support import SCRIPT, run
 
 from coordinator._core.config import Limits, PoolConfig, Recycling
-from coordinator.errors import LimitExceeded
 from coordinator._core.pool import Pool
+from coordinator.errors import LimitExceeded
 
 
 def test_local_worker_death_is_noticed_within_100_ms() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.errors import CompileError, ScriptError
 from coordinator._core.sync import SyncPool
+from coordinator.errors import CompileError, ScriptError
 
 
 def test_sync_facade_loads_calls_and_closes() -> None:

@@ -49,7 +49,7 @@ async def cluster(
         async with Pool(PoolConfig(workers=0, spares=0, **config), nodes=listener) as pool:
             for name in names:
                 nodes[name] = NodeProcess(listener.endpoint, keys, name, workers)
-            expected = {name: workers for name in names}
+            expected = dict.fromkeys(names, workers)
             await wait_for(
                 lambda: active_by_node(pool, listener) == expected, JOIN_TIMEOUT, f"{expected} ACTIVE"
             )

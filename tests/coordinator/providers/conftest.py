@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.egress import EgressPolicy
 from coordinator.bench.standin import StandinServer
+from coordinator.egress import EgressPolicy
 
 from .harness import Harness
 from .server import install_behaviours

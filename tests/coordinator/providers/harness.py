@@ -7,14 +7,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coordinator.egress import Egress, EgressLimits
 from coordinator._core.config import PoolConfig
 from coordinator._core.pool import Pool
+from coordinator.bench.standin import StandinServer
+from coordinator.egress import Egress, EgressLimits
 from coordinator.providers.clock import Clock
 from coordinator.providers.config import ProvidersConfig, parse_config
 from coordinator.providers.executor import PoolExecutor
 from coordinator.providers.runtime import ProviderRuntime
-from coordinator.bench.standin import StandinServer
 
 __all__ = ["Harness"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.egress import Egress, EgressPolicy, HostError
 from coordinator.bench.standin import StandinServer
+from coordinator.egress import Egress, EgressPolicy, HostError
 
 from .server import redirect_url
 

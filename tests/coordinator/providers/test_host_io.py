@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from coordinator.bench.standin import Reply, Request, StandinServer
 from coordinator.egress import Egress, EgressPolicy, HostError, SseFramer
 from coordinator.providers.clock import ManualClock
 from coordinator.providers.failures import ProviderError, RequestFailed
-from coordinator.bench.standin import Reply, Request, StandinServer
 
 from .harness import Harness
 from .server import redirect_url

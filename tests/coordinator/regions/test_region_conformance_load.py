@@ -117,8 +117,8 @@ def test_edits_take_effect_only_on_the_next_load(pooled: Pooled, tmp_path: Path)
 def test_a_closed_pool_is_the_hosts_error_not_a_fallback(tmp_path: Path) -> None:
     import asyncio
 
-    from coordinator.errors import PoolClosed
     from coordinator._core.pool import Pool
+    from coordinator.errors import PoolClosed
 
     (tmp_path / "b.rhai").write_text('fn render(ctx) { "x" }')
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from coordinator.regions import RegionLoadError, SystemBlock, ToolCall
+from coordinator.regions import SystemBlock, ToolCall
 
 if TYPE_CHECKING:
     from region_pool import Pooled

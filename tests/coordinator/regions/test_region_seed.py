@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import pytest
 from pool_support import run
 
-from coordinator.errors import PoolClosed
 from coordinator._core.pool import Pool
+from coordinator.errors import PoolClosed
 from coordinator.regions import BuiltinRegion, Entry, RenderMeta, ToolCall, Window, open_region
 
 if TYPE_CHECKING:
