@@ -9,6 +9,7 @@ retryable 503 with ``Retry-After``; nothing a request body contains can produce 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from coordinator.errors import Overloaded, PoolClosed, Quarantined
+from coordinator.errors import CpuQuotaExceeded, Overloaded, PoolClosed, Quarantined, QuotaExceeded
 from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
 from coordinator.service.gate import Gate
 from coordinator.service.http import HTTPError
@@ -49,6 +50,15 @@ async def _quarantined(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": f"Quarantined: {exc}"}, 429, headers={"Retry-After": "30"})
 
 
+async def _over_quota(request: Request, exc: Exception) -> Response:
+    """A tenant's own quota refused the call: 429, retryable when the quota frees by itself."""
+    assert isinstance(exc, QuotaExceeded)
+    wait = math.ceil(exc.retry_after) if isinstance(exc, CpuQuotaExceeded) else 1
+    return JSONResponse(
+        {"error": f"{type(exc).__name__}: {exc}"}, 429, headers={"Retry-After": str(max(wait, 1))}
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error answering %s %s", request.method, request.url.path)
     return JSONResponse({"error": "internal error"}, 500)
@@ -73,6 +83,7 @@ def create_app(service: Service) -> Any:
             Overloaded: _busy,
             PoolClosed: _busy,
             Quarantined: _quarantined,
+            QuotaExceeded: _over_quota,
             Exception: _unexpected,
         },
         lifespan=lifespan,
