@@ -15,6 +15,7 @@ Not part of the test suite: tests check behaviour, this checks speed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -121,12 +122,10 @@ def run(seconds: float) -> dict[str, Any]:
     sources = {"builtin/brain.rhai": BRAIN}
     for path in sorted(EXAMPLES.rglob("*.rhai")):
         sources[f"examples/{path.relative_to(EXAMPLES)}"] = path.read_text()
-    compile_times = {}
+    compile_times: dict[str, dict[str, float | str]] = {}
     for name, src in sources.items():
         try:
-            t = timings(
-                lambda src=src, name=name: engine.compile(src, name=name), seconds=seconds / 8, min_runs=20
-            )
+            t = timings(functools.partial(engine.compile, src, name=name), seconds=seconds / 8, min_runs=20)
             compile_times[name] = {"p50_us": p(t, 50) * 1e6, "bytes": len(src)}
         except rhai.CompileError as exc:
             compile_times[name] = {"error": str(exc)}
@@ -149,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
         f"  (python call p50 {c['baseline_python_call_p50_us']:.3f} us)"
     )
     print(
-        f"100-entry ctx round trip       p50 {r['rhai_p50_us']:8.1f} us  msgpack p50 {r['msgpack_p50_us']:8.1f} us"
+        f"100-entry ctx round trip       p50 {r['rhai_p50_us']:8.1f} us"
+        f"  msgpack p50 {r['msgpack_p50_us']:8.1f} us"
         f"  ratio {r['ratio']:.2f}x (target <= {r['target_ratio']}x)"
     )
     print(
