@@ -172,3 +172,12 @@ def test_build_steps_run_as_a_script_and_the_result_installs_offline(tmp_path: P
         capture_output=True, text=True, check=True, cwd=tmp_path,
     ).stdout  # fmt: skip
     assert str(ROOT) not in where and str(venv) in where, "the image's venv must not use the checkout"
+
+    # Installed, not only checked out: the demo's examples ship inside the wheel.
+    demo = subprocess.run(
+        [str(venv / "bin" / "rhaipool"), "demo"], capture_output=True, text=True, check=False, cwd=tmp_path,
+        env={k: v for k, v in env.items() if k != "PYTHONPATH"}, timeout=180,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-4000:]
+    assert "what the model would see" in demo.stdout
+    assert "provider groq inference -> 'PONG'" in demo.stdout
