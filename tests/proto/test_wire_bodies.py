@@ -97,7 +97,8 @@ def conforms(value: Any, hint: Any) -> bool:
 
 @pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
 def test_every_field_with_every_wrong_value_is_refused_or_conforms(message: Any) -> None:
-    """Each field replaced by each hostile value: a ProtocolError, or a message whose fields have their types."""
+    """Each field replaced by each hostile value: a ProtocolError,
+    or a message whose fields have their types."""
     hints = typing.get_type_hints(type(message))
     body = message.to_body()
     for key in list(body):
@@ -159,6 +160,20 @@ def test_pack_refuses_containers_over_the_cap() -> None:
     with pytest.raises(TooLarge):
         pack({"a": [{str(i): 0 for i in range(MAX_CONTAINER_LEN + 1)}]})
     assert unpack(pack([0] * MAX_CONTAINER_LEN)) == [0] * MAX_CONTAINER_LEN
+
+
+@pytest.mark.parametrize("shape", ["array", "map"])
+def test_unpack_refuses_containers_over_the_cap_that_msgpack_itself_would_accept(shape: str) -> None:
+    """The receiving side's element caps, on a body a hostile peer packed itself: one element over the cap,
+    well inside msgpack's own defaults (which allow as many elements as the body has bytes) and inside the
+    body cap, so only our cap refuses it."""
+    over = MAX_CONTAINER_LEN + 1
+    value: Any = [0] * over if shape == "array" else {str(i): 0 for i in range(over)}
+    body = msgpack.packb(value)
+    assert len(body) < proto.values.MAX_BODY_BYTES
+    assert len(msgpack.unpackb(body, strict_map_key=False)) == over  # msgpack's own defaults accept it
+    with pytest.raises(TooLarge, match=f"{shape}_len"):
+        unpack(body)
 
 
 def test_pack_accepts_str_subclass_keys_and_deep_but_allowed_nesting() -> None:
