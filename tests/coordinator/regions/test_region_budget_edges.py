@@ -19,7 +19,7 @@ BUDGET = 100
 
 
 @pytest.mark.parametrize(("held", "incoming"), [(0, BUDGET), (40, BUDGET - 40)])
-def test_a_write_that_reaches_the_budget_exactly_is_accepted(pooled: Pooled, held: int, incoming: int) -> None:
+def test_a_write_reaching_the_budget_exactly_is_accepted(pooled: Pooled, held: int, incoming: int) -> None:
     region = pooled.region(RENDER, budget=BUDGET)
     if held:
         assert pooled.run(region.write("held", held)).outcome == "accepted"
