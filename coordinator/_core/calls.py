@@ -8,6 +8,7 @@ A call is finished exactly once, by ``Call.finish``; later outcomes are ignored
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,12 +21,14 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from coordinator._core.handles import ScriptHandle
+    from coordinator._core.streambudget import StreamBudget, StreamFlow
     from coordinator._core.workers import Placement
 
 __all__ = [
     "MIN_ATTEMPT_TIME",
     "Attempt",
     "Call",
+    "CallEnded",
     "CallResult",
     "CallStream",
     "HostHandler",
@@ -110,24 +113,60 @@ class CallResult:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """What ``Pool.observe`` observers hear as each call submitted to the pool ends (metrics, logs).
+
+    A call refused at the door (a quota, quarantine, a full queue) ends too, with ``queue_wait`` None.
+    """
+
+    call_id: int
+    tenant: str
+    kind: str
+    """``"region"`` or ``"provider"``."""
+    op: str
+    """``"load"``, ``"call"`` or ``"stream"``."""
+    script: str
+    function: str
+    queue_wait: float | None
+    """Seconds from admission until its first attempt was sent to a worker; None if none was."""
+    result: CallResult | None
+    error: BaseException | None
+    """The failure (``None`` on success or when the caller cancelled)."""
+
+
 class CallStream:
     """Chunks of a streaming call as an async iterator; ``result`` holds the final value afterwards.
 
-    Iteration raises the call's error if it failed.  Each chunk taken grants the
-    worker one more credit, so at most ``stream_window`` chunks are ever buffered.
-    A consumer that stops early calls ``aclose()`` (or uses ``contextlib.aclosing``):
-    the call is cancelled in its worker instead of waiting there for credit.
+    Iteration raises the call's error if it failed.  Chunks are buffered here until taken, within
+    ``stream_window`` chunks per stream and ``stream_buffer_bytes`` for all streams of the pool
+    (``coordinator._core.streambudget``): each chunk taken frees its bytes and lets the worker send
+    more.  A consumer that stops early calls ``aclose()`` (or uses ``contextlib.aclosing``): the
+    call is cancelled in its worker instead of waiting there for credit, and what it buffered is
+    dropped.  A stream dropped unread returns its bytes to the budget when it is collected.
     """
 
-    def __init__(self) -> None:
-        self._chunks: deque[Any] = deque()
+    def __init__(self, budget: StreamBudget | None = None) -> None:
+        self._chunks: deque[tuple[Any, int]] = deque()
         self._wakeup = asyncio.Event()
         self._outcome: CallResult | BaseException | None = None
+        self._held = _Held(budget)
+        weakref.finalize(self, self._held.drop)
+        self.largest = 0
+        """The largest chunk this stream has buffered, in bytes (the budget's estimate of the next)."""
         self.credit: Callable[[int], None] = lambda n: None
         self.cancel: Callable[[], object] = lambda: None
 
-    def push(self, value: Any) -> None:
-        self._chunks.append(value)
+    @property
+    def buffered(self) -> int:
+        """Chunks buffered, not yet taken."""
+        return len(self._chunks)
+
+    def push(self, value: Any, size: int = 0) -> None:
+        """Buffer a chunk the worker sent; ``size``: its bytes, counted against the pool's budget."""
+        self._chunks.append((value, size))
+        self.largest = max(self.largest, size)
+        self._held.add(size)
         self._wakeup.set()
 
     def close(self, outcome: CallResult | BaseException) -> None:
@@ -139,7 +178,11 @@ class CallStream:
         return self
 
     async def aclose(self) -> None:
-        """Cancel the call if it has not ended (idempotent); iteration then ends with ``Cancelled``."""
+        """Cancel the call if it has not ended (idempotent); iteration then ends with ``Cancelled``.
+
+        Chunks not yet taken are dropped (their bytes return to the pool's budget)."""
+        self._chunks.clear()
+        self._held.drop()
         if self._outcome is None:
             self.cancel()
             self.close(Cancelled("the stream was closed by its consumer before the call ended"))
@@ -149,7 +192,8 @@ class CallStream:
             self._wakeup.clear()
             await self._wakeup.wait()
         if self._chunks:
-            value = self._chunks.popleft()
+            value, size = self._chunks.popleft()
+            self._held.sub(size)
             self.credit(1)
             return value
         if isinstance(self._outcome, BaseException):
@@ -166,6 +210,29 @@ class CallStream:
     @property
     def value(self) -> Any:
         return self.result.value
+
+
+class _Held:
+    """The bytes one stream holds in the pool's budget; apart from the stream so that its finalizer
+    (which must not reference the stream) can return them."""
+
+    __slots__ = ("_budget", "_bytes")
+
+    def __init__(self, budget: StreamBudget | None) -> None:
+        self._budget, self._bytes = budget, 0
+
+    def add(self, size: int) -> None:
+        self._bytes += size
+        if self._budget is not None:
+            self._budget.hold(size)
+
+    def sub(self, size: int) -> None:
+        self._bytes -= size
+        if self._budget is not None:
+            self._budget.release(size)
+
+    def drop(self) -> None:
+        self.sub(self._bytes)
 
 
 @dataclass(eq=False, slots=True)
@@ -191,6 +258,8 @@ class Call:
     resident: Resident | None = None
     alone: bool = False
     """Its script is a suspect (``coordinator._core.isolation``): run it on a worker holding nothing else."""
+    started_at: float | None = None
+    """When its first attempt was sent (monotonic): ``started_at - enqueued_at`` is its queue wait."""
 
     @property
     def inline(self) -> bool:
@@ -202,7 +271,8 @@ class Call:
         return self.resident is not None and not self.resident.holds(worker_id)
 
     def resend_whole(self, worker_id: str, error_cls: str) -> bool:
-        """The worker failed us with ``error_cls``: ``True`` if it lost our resident list and a resend helps."""
+        """The worker failed us with ``error_cls``:
+        ``True`` if it lost our resident list and a resend helps."""
         return error_cls == "ResidentMissing" and self.resident is not None and self.resident.lost(worker_id)
 
     @property
@@ -225,6 +295,17 @@ class Call:
         """The engine deadline a new attempt is sent with: the timeout as asked the first time (the
         wire refuses one it cannot carry), then what is left of it, never below a sendable minimum."""
         return self.timeout if self.deadline is None else max(self.deadline - now, MIN_ATTEMPT_TIME)
+
+    def ended(self) -> CallEnded:
+        """This call's end, for the pool's observers (only once it is done)."""
+        f = self.future
+        result = f.result() if not f.cancelled() and f.exception() is None else None
+        error = None if f.cancelled() else f.exception()
+        wait = None if self.started_at is None else self.started_at - self.enqueued_at
+        return CallEnded(
+            self.id, self.tenant, self.handle.kind.value, self.op.value, self.handle.name, self.fn, wait,
+            result, error,
+        )  # fmt: skip
 
     def finish(self, outcome: CallResult | CallFailed | BaseException) -> bool:
         """Resolve the call; ``False`` if it already had an outcome."""
@@ -252,8 +333,8 @@ class Attempt:
     host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     host_seq: int = 0
     """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""
-    credited: int = 0
-    """CHUNK credit granted so far, beyond the stream window."""
+    flow: StreamFlow | None = None
+    """A stream's CHUNK credit (granted, arrived), within the pool's ``StreamBudget``."""
     host_credit: dict[int, asyncio.Semaphore] = field(default_factory=dict)
     next_chunk: int = 0
 
@@ -265,6 +346,8 @@ class Attempt:
     def abandon(self) -> None:
         """Stop everything this attempt started on the coordinator side."""
         self.cancel_timer()
+        if self.flow is not None:
+            self.flow.close()
         for task in self.host_tasks.values():
             task.cancel()
         self.host_tasks.clear()

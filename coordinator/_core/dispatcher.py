@@ -29,12 +29,13 @@ from typing import Any
 
 from coordinator._core import outcomes
 from coordinator._core.admission import Admission
-from coordinator._core.calls import Attempt, Call, InvalidChunk
+from coordinator._core.calls import Attempt, Call, CallEnded, InvalidChunk
 from coordinator._core.config import PoolConfig
 from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
 from coordinator._core.placement import Placements
 from coordinator._core.quarantine import Quarantine
+from coordinator._core.streambudget import StreamBudget, chunk_bytes
 from coordinator._core.queue import FairQueue
 from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
@@ -75,6 +76,7 @@ class Dispatcher(Events):
         self._suspects = Suspects(config.retry.window)
         self._host = HostBridge(router.send_frames, spawn, config.stream_window)
         self._wire_ids = itertools.count(1)
+        self.streams = StreamBudget(config.stream_buffer_bytes, config.stream_window)
         self.placements = Placements(config, self._queue, self._quarantine)
         self._admission = Admission(config, self._quarantine)
         self.supervisor = supervise(self)
@@ -83,6 +85,8 @@ class Dispatcher(Events):
         self.settled = Changes()
         """Notified each time a call leaves ``inflight`` (``Pool.aclose`` drains on it)."""
         self.ok = self.failed = self.retries = self.dropped = self.protocol_errors = 0
+        self.observers: list[Callable[[CallEnded], None]] = []
+        """Told of every call's end (``Pool.observe``); they must be quick and must not raise."""
 
     # -- submission ----------------------------------------------------------
     def submit(self, call: Call) -> None:
@@ -93,12 +97,14 @@ class Dispatcher(Events):
             return
         if refused := self._admission.refuse(call, now, self.placements.per_tenant[call.tenant]):
             call.finish(refused)  # quarantined, or over one of its tenant's quotas
+            self._tell(call)
             return
         if len(self._queue) >= self._config.queue_size:
             full = f"queue full ({self._config.queue_size} calls waiting)"
             victim = self._queue.push_out_for(call.tenant)
             if victim is None:
                 call.finish(Overloaded(f"{full}; tenant {call.tenant!r} holds the most"))
+                self._tell(call)
                 return
             victim.finish(Overloaded(f"{full}; pushed out: tenant {victim.tenant!r} holds the most"))
         call.enqueued_at = now
@@ -117,11 +123,23 @@ class Dispatcher(Events):
             self.failed += 1
         else:
             self.ok += 1
+        self._tell(call)
         attempt = call.attempt
         # The caller gave up (its task was cancelled): stop a threaded attempt on the worker too.  An
         # inline attempt keeps its place (it is running or queued at the worker); its answer is dropped.
         if attempt is not None and not call.inline and attempt.wire_id in attempt.worker.attempts:
             self._forget(attempt, cancel=True)
+
+    def _tell(self, call: Call) -> None:
+        """Tell the observers a call ended; one that raises is logged, never allowed to break a call."""
+        if not self.observers:
+            return
+        ended = call.ended()
+        for observer in self.observers:
+            try:
+                observer(ended)
+            except Exception:  # an observer's bug must not leak into the call path
+                log.exception("call observer %r failed", observer)
 
     def _place(self, call: Call) -> bool:
         """Send ``call`` to the best worker still alive; ``False`` if none can take it now."""
@@ -145,23 +163,29 @@ class Dispatcher(Events):
 
     def _send_attempt(self, call: Call, worker: Placement) -> None:
         handle, key, now = call.handle, (call.handle.kind, call.handle.sha256), time.monotonic()
-        wire = next(self._wire_ids)
+        wire, identity = next(self._wire_ids), worker.identity
         source = None if key in worker.scripts else handle.source
+        flow = None if call.stream is None else self.streams.flow(
+            call.stream, lambda n: self._router.send(identity, Credit(wire, 0, n)))
         message = CallMessage(
-            wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.attempt_timeout(now), call.tenant,
-            handle.name, source, self._config.stream_window,
+            wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.attempt_timeout(now),
+            call.tenant, handle.name, source, self._config.stream_window if flow is None else flow.opening(),
             None if call.resident is None else call.resident.wire(worker.id),
         )  # fmt: skip
         try:
             frames = encode(message)
         except ProtocolError as exc:
+            if flow is not None:
+                flow.close()
             call.finish(CallFailed(f"arguments cannot be sent to a worker: {exc}", cause="invalid arguments"))
             return
         worker.scripts.add(key)
         if call.alone:
             worker.alone, worker.reserved = True, False
         self.placements.placed(call.tenant)
-        attempt = Attempt(wire, call, worker, sent_at=now)
+        if call.started_at is None:
+            call.started_at = now
+        attempt = Attempt(wire, call, worker, sent_at=now, flow=flow)
         worker.attempts[wire] = attempt
         call.attempt = attempt
         begin = getattr(call.host, "begin_attempt", None)  # optional HostHandler hook (calls.py)
@@ -305,20 +329,23 @@ class Dispatcher(Events):
             self._drop(worker, message)
             return
         call = attempt.call
-        window = self._config.stream_window + attempt.credited
-        if call.stream is None or message.seq != attempt.next_chunk or message.seq >= window:
+        flow = attempt.flow
+        if flow is None or call.stream is None or message.seq != attempt.next_chunk or message.seq >= flow.granted:
             self.violation(worker.process, attempt, f"CHUNK {message.seq} out of order or beyond the window")
             return
         attempt.next_chunk += 1
         call.chunks += 1
-        call.stream.push(message.value if message.error is None else InvalidChunk(message.error))
+        if message.error is None:
+            call.stream.push(message.value, chunk_bytes(message.value))
+        else:
+            call.stream.push(InvalidChunk(message.error), chunk_bytes(message.error))
+        flow.arrived_chunk()
 
     def credit(self, call: Call, n: int) -> None:
-        """A streaming caller took ``n`` chunks: let the worker send ``n`` more."""
+        """A streaming caller took ``n`` chunks: let the worker send more, as the budget allows."""
         attempt = call.attempt
-        if attempt is not None and attempt.wire_id in attempt.worker.attempts:
-            attempt.credited += n
-            self._router.send(attempt.worker.identity, Credit(attempt.wire_id, 0, n))
+        if attempt is not None and attempt.flow is not None and attempt.wire_id in attempt.worker.attempts:
+            attempt.flow.top_up()
 
     # -- Events: what the supervisor tells and asks ----------------------------------------------
     def idle(self, worker: WorkerProcess) -> bool:

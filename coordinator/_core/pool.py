@@ -27,13 +27,13 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
 from coordinator._core import outcomes
-from coordinator._core.calls import Call, CallResult, CallStream, HostHandler, Resident
+from coordinator._core.calls import Call, CallEnded, CallResult, CallStream, HostHandler, Resident
 from coordinator._core.config import PoolConfig
 from coordinator._core.dispatcher import Dispatcher
 from coordinator._core.fleet import Fleet
@@ -104,6 +104,7 @@ class Pool:
             cache_bytes=c.script_cache_bytes,
         )
         self._tasks: asyncio.TaskGroup | None = None
+        self._observers: list[Callable[[CallEnded], None]] = []
         self._closed = False
         self.endpoint = ""
 
@@ -115,6 +116,7 @@ class Pool:
         await self._tasks.__aenter__()
         self._dispatcher = Dispatcher(self.config, self._router, self._spawn, self._supervise)
         self._supervisor = self._dispatcher.supervisor
+        self._dispatcher.observers = self._observers
         self._router.start(asyncio.get_running_loop())
         self._ticker = self._tasks.create_task(self._tick_forever())
         self._supervisor.rebalance()
@@ -188,7 +190,8 @@ class Pool:
         timeout: float | None = None,
         tenant: str = "default",
     ) -> ScriptHandle:
-        """Compile ``source`` in a worker and return its handle; ``CompileError``/``MissingFunction`` on failure.
+        """Compile ``source`` in a worker and return its handle;
+        ``CompileError``/``MissingFunction`` on failure.
 
         The compile runs as ``tenant``'s call: it is scheduled, capped and struck like the tenant's others.
         The script counts against the tenant's loaded-script quotas (``ScriptQuotaExceeded``).
@@ -251,7 +254,8 @@ class Pool:
         tenant: str = "default",
         host: HostHandler | None = None,
     ) -> CallStream:
-        """Start ``function(*args, on_chunk)``; iterate the returned stream for chunks, then read ``.value``."""
+        """Start ``function(*args, on_chunk)``;
+        iterate the returned stream for chunks, then read ``.value``."""
         stream = CallStream()
         call = self._new_call(handle, Op.STREAM, function, list(args), timeout, tenant, host, stream)
         stream.credit = lambda n: self._dispatcher.credit(call, n)
@@ -288,6 +292,14 @@ class Pool:
                 call.future.cancel()
 
     # -- introspection and shutdown -----------------------------------------
+    def observe(self, observer: Callable[[CallEnded], None]) -> None:
+        """Call ``observer`` as each call ends (refused ones too): its queue wait, result or error.
+
+        For a host's metrics and logs; it runs on the pool's loop inside the call path, so it must be
+        quick, and an exception it raises is logged and otherwise ignored.
+        """
+        self._observers.append(observer)
+
     def workers(self) -> list[WorkerInfo]:
         """Every live worker process (ACTIVE, SPARE, STARTING, DRAINING)."""
         infos = []
@@ -310,7 +322,8 @@ class Pool:
         )  # fmt: skip
 
     async def aclose(self) -> None:
-        """Stop accepting, let in-flight calls finish for ``shutdown_grace``, cancel the rest, stop workers."""
+        """Stop accepting, let in-flight calls finish for ``shutdown_grace``,
+        cancel the rest, stop workers."""
         if self._closed or self._tasks is None:
             return
         self._closed = True
