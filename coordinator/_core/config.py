@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_PROVIDER_CAPACITY",
     "DEFAULT_QUEUE_SIZE",
     "DEFAULT_SCRIPT_CACHE_BYTES",
+    "DEFAULT_STREAM_BUFFER_BYTES",
     "DEFAULT_TENANT_MAX_SCRIPTS",
     "DEFAULT_TENANT_MAX_SCRIPT_BYTES",
     "DEFAULT_WATCHDOG_RSS_BYTES",
@@ -33,6 +34,7 @@ DEFAULT_HEARTBEAT: Final = 0.25
 DEFAULT_QUEUE_SIZE: Final = 10_000
 DEFAULT_PROVIDER_CAPACITY: Final = 64
 DEFAULT_SCRIPT_CACHE_BYTES: Final = 64 << 20
+DEFAULT_STREAM_BUFFER_BYTES: Final = 64 << 20
 DEFAULT_TENANT_MAX_SCRIPTS: Final = 256
 DEFAULT_TENANT_MAX_SCRIPT_BYTES: Final = 32 << 20
 
@@ -138,6 +140,10 @@ class PoolConfig:
     """Region calls queued at one worker (1 running + N-1 waiting): hides the round trip."""
     stream_window: int = 16
     """Un-acknowledged chunks allowed per stream, in each direction."""
+    stream_buffer_bytes: int = DEFAULT_STREAM_BUFFER_BYTES
+    """Stream chunks the pool buffers for their consumers, in bytes, across all streams: once used,
+    a stream that is not read gets no more credit (its worker waits) until chunks are taken; a
+    stream holding nothing still gets one chunk at a time (``coordinator._core.streambudget``)."""
     probe: bool = False
     """Test only: start workers with ``--probe`` so READY carries sandbox probe results."""
     limits: Limits = field(default_factory=Limits)

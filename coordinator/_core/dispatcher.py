@@ -35,8 +35,8 @@ from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
 from coordinator._core.placement import Placements
 from coordinator._core.quarantine import Quarantine
-from coordinator._core.streambudget import StreamBudget, chunk_bytes
 from coordinator._core.queue import FairQueue
+from coordinator._core.streambudget import StreamBudget, chunk_bytes
 from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.waiting import Changes
@@ -165,8 +165,11 @@ class Dispatcher(Events):
         handle, key, now = call.handle, (call.handle.kind, call.handle.sha256), time.monotonic()
         wire, identity = next(self._wire_ids), worker.identity
         source = None if key in worker.scripts else handle.source
-        flow = None if call.stream is None else self.streams.flow(
-            call.stream, lambda n: self._router.send(identity, Credit(wire, 0, n)))
+        flow = (
+            None
+            if call.stream is None
+            else self.streams.flow(call.stream, lambda n: self._router.send(identity, Credit(wire, 0, n)))
+        )
         message = CallMessage(
             wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.attempt_timeout(now),
             call.tenant, handle.name, source, self._config.stream_window if flow is None else flow.opening(),
@@ -330,7 +333,8 @@ class Dispatcher(Events):
             return
         call = attempt.call
         flow = attempt.flow
-        if flow is None or call.stream is None or message.seq != attempt.next_chunk or message.seq >= flow.granted:
+        granted = 0 if flow is None else flow.granted
+        if flow is None or call.stream is None or message.seq != attempt.next_chunk or message.seq >= granted:
             self.violation(worker.process, attempt, f"CHUNK {message.seq} out of order or beyond the window")
             return
         attempt.next_chunk += 1

@@ -85,6 +85,10 @@ class PoolStatistics:
     exits: int
     exit_reasons: dict[str, int] = field(default_factory=dict)
     quarantined: int = 0
+    stream_bytes: int = 0
+    """Stream chunk bytes buffered for consumers now, all streams (``PoolConfig.stream_buffer_bytes``)."""
+    stream_bytes_peak: int = 0
+    """The most ``stream_bytes`` has been since the pool started."""
 
 
 class Pool:
@@ -256,7 +260,7 @@ class Pool:
     ) -> CallStream:
         """Start ``function(*args, on_chunk)``;
         iterate the returned stream for chunks, then read ``.value``."""
-        stream = CallStream()
+        stream = CallStream(None if self._tasks is None else self._dispatcher.streams)  # None: refused below
         call = self._new_call(handle, Op.STREAM, function, list(args), timeout, tenant, host, stream)
         stream.credit = lambda n: self._dispatcher.credit(call, n)
         stream.cancel = call.future.cancel
@@ -319,6 +323,7 @@ class Pool:
         return PoolStatistics(
             states, d.queued, len(d.inflight), d.ok, d.failed, d.retries, d.dropped,
             d.protocol_errors, s.spawned, s.exits, dict(s.exit_reasons), d.quarantined,
+            stream_bytes=d.streams.held, stream_bytes_peak=d.streams.peak,
         )  # fmt: skip
 
     async def aclose(self) -> None:
