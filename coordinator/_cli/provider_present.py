@@ -164,7 +164,8 @@ def _label_and_remedy(err: ProviderError, facts: FailureFacts) -> tuple[str | No
 
 
 def provider_error_fields(err: ProviderError, facts: FailureFacts, host: str | None) -> dict[str, Any]:
-    """The ``--json`` error body: class, message, transient, failure_kind, status, server_message, attempts, remedy."""
+    """The ``--json`` error body: class, message, transient, failure_kind, status,
+    server_message, attempts, remedy."""
     label, remedy = _label_and_remedy(err, facts)
     body = err.to_dict()
     if facts.transport_text is not None and label in FAILURE_KINDS:
@@ -193,12 +194,14 @@ def provider_error_text(fields: dict[str, Any]) -> str:
     place = f" at {fields['file']}:{fields['line']}:{fields.get('column', 0)}" if fields.get("line") else ""
     tries = fields.get("attempts", 1)
     attempts = f" after {tries} attempts" if tries > 1 else ""
-    text = f"{fields['class']}: {head}{what}{place}{attempts}"
+    budget = f" (limit: {fields['limit']} = {fields['limit_value']})" if fields.get("limit_value") else ""
+    text = f"{fields['class']}: {head}{what}{budget}{place}{attempts}"
     return text + (f"\n  remedy: {fields['remedy']}" if fields.get("remedy") else "")
 
 
 def script_place(err: BaseException) -> dict[str, Any]:
-    """``file``/``line``/``column`` and, for an exceeded budget, ``limit`` and ``limit_value``, from the cause."""
+    """``file``/``line``/``column`` and, for an exceeded budget,
+    ``limit`` and ``limit_value``, from the cause."""
     out: dict[str, Any] = {}
     cause: BaseException | None = err
     while cause is not None:
@@ -220,5 +223,8 @@ def limit_value(limit: str) -> int | str | None:
     if limit == "call_depth":
         return budgets["max_call_levels"]
     if limit == "data_size":
-        return f"strings {budgets['max_string_size']}, arrays {budgets['max_array_size']}, maps {budgets['max_map_size']}"
+        return (
+            f"strings {budgets['max_string_size']}, arrays {budgets['max_array_size']},"
+            f" maps {budgets['max_map_size']}"
+        )
     return budgets.get(f"max_{limit}")

@@ -117,3 +117,4 @@ def test_limit_inside_a_provider_names_the_limit_and_its_value(tmp_path: Path, s
     (tmp_path / "groq.rhai").write_text("fn initialize(c) { #{} }\nfn inference(s, r) { loop { } }\n")
     error = json.loads(_run(*base, "--json").stdout)["error"]
     assert (error["limit"], error["limit_value"]) == ("operations", 500_000)
+    assert "(limit: operations = 500000)" in _run(*base).stderr
