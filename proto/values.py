@@ -1,7 +1,8 @@
 """msgpack value encoding: the only place msgpack is called and its exceptions caught.
 
-Allowed values are nil, bool, int (signed or unsigned 64-bit), float, str, bin
-(Python ``bytes``), arrays and maps whose keys are strings.  Extension types
+Allowed values are nil, bool, int (signed or unsigned 64-bit; a wider one is sent as the
+nearest float, as a script would read it), float, str, bin (Python ``bytes``), arrays and
+maps whose keys are strings.  Extension types
 (including msgpack timestamps) are refused.  Every length is capped so that a
 hostile peer cannot make the receiver allocate without bound.  ``pack`` refuses
 everything ``unpack`` would: a message its peer drops is a call nobody answers.
@@ -40,6 +41,10 @@ _EXT_HEADERS: Final = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8}
 
 _MSGPACK_DEPTH: Final = 1000
 """Deepest container nesting sent as plain msgpack; its unpacker refuses 1025 levels."""
+
+_INT_MIN: Final = -(2**63)
+_UINT_MAX: Final = 2**64 - 1
+"""The ints msgpack carries (signed and unsigned 64-bit); wider ones travel as floats."""
 
 _ARRAY, _MAP = 0, 1
 """Container headers in a flattened body."""
@@ -126,14 +131,39 @@ def _pack_flat(value: object) -> bytes:
     return msgpack.packb(msgpack.ExtType(DEEP_EXT, nodes))  # type: ignore[no-any-return]
 
 
+def _wide_int_as_float(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT_MIN <= value <= _UINT_MAX:
+        return float(value)  # OverflowError past the float range: that int has no wire form
+    return value
+
+
+def _wide_ints_as_floats(value: object) -> object:
+    """``value`` with its ints beyond 64 bits as the nearest floats, what a script reads them as
+    (SPEC §2.5: the reference parses such a number as a float). Only reached when msgpack refused
+    an int, so ordinary bodies are never copied."""
+    return copy_nested(value, _wide_int_as_float, _same_key)
+
+
+def _same_key(key: Any) -> Any:
+    return key
+
+
+def _encode(value: object, depth: int) -> bytes:
+    if depth > _MSGPACK_DEPTH:
+        return _pack_flat(value)
+    return msgpack.packb(value, use_bin_type=True, strict_types=False, datetime=False)  # type: ignore[no-any-return]
+
+
 def pack(value: object) -> bytes:
-    """Encode ``value``; raise ``ProtocolError`` for what the wire cannot carry or ``unpack`` would refuse."""
+    """Encode ``value``; raise ``ProtocolError`` for what the wire cannot carry or ``unpack`` would refuse.
+
+    An int beyond 64 bits (msgpack's OverflowError) travels as the nearest float."""
     depth = _check_packable(value) if isinstance(value, _CONTAINERS) else 0
     try:
-        if depth > _MSGPACK_DEPTH:
-            data = _pack_flat(value)
-        else:
-            data = msgpack.packb(value, use_bin_type=True, strict_types=False, datetime=False)
+        try:
+            data = _encode(value, depth)
+        except OverflowError:
+            data = _encode(_wide_ints_as_floats(value), depth)
     except (TypeError, ValueError, OverflowError, msgpack.PackException) as exc:
         raise MalformedMessage(f"value cannot be encoded: {exc}") from exc
     if len(data) > MAX_BODY_BYTES:

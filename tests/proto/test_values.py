@@ -140,3 +140,27 @@ def test_copy_nested_walks_any_depth_and_applies_leaf_and_key() -> None:
     assert out == 2
     with pytest.raises(ZeroDivisionError):
         copy_nested([[[0]]], lambda v: 1 / v, str)
+
+
+@pytest.mark.parametrize("wide", [2**64, -(2**63) - 1, 10**30, -(10**30), 2**1023])
+def test_ints_beyond_64_bits_travel_as_the_nearest_float(wide: int) -> None:
+    """What msgpack cannot carry arrives as the float a script would read (SPEC §2.5), at any depth."""
+    body = {"args": [1, (2**64 - 1, {"n": wide})], "flag": True}
+    out = unpack(pack(body))
+    assert out == {"args": [1, [2**64 - 1, {"n": float(wide)}]], "flag": True}
+    assert type(out["args"][1][1]["n"]) is float
+    assert type(out["args"][1][0]) is int  # the 64-bit ints msgpack carries stay ints
+    deep: object = wide
+    for _ in range(1100):  # past msgpack's own nesting: the flattened form converts too
+        deep = [deep]
+    deep_out = unpack(pack(deep))
+    for _ in range(1100):
+        deep_out = deep_out[0]
+    assert deep_out == float(wide) and type(deep_out) is float
+
+
+def test_an_int_past_the_float_range_has_no_wire_form() -> None:
+    with pytest.raises(MalformedMessage):
+        pack({"n": [2**1024]})
+    with pytest.raises(MalformedMessage):
+        pack(-(10**400))
