@@ -21,6 +21,7 @@ import http.cookiejar
 import ipaddress
 import socket
 import ssl
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -266,6 +267,8 @@ class Egress:
             cookies=_no_cookies(),
         )
         self.requests_sent = 0
+        self.responses: Counter[tuple[str, str]] = Counter()
+        """Requests by (provider, status class ``"2xx"``..``"5xx"``; ``"error"``: no answer; ``"denied"``)."""
 
     async def __aenter__(self) -> Egress:
         return self
@@ -300,7 +303,12 @@ class Egress:
             if on_send is not None:
                 on_send()
             self.requests_sent += 1
-            response = await self._client.send(request, stream=True)
+            try:
+                response = await self._client.send(request, stream=True)
+            except Exception as exc:
+                self.responses[(policy.provider, "denied" if isinstance(exc, EgressDenied) else "error")] += 1
+                raise
+            self.responses[(policy.provider, f"{response.status_code // 100}xx")] += 1
             location = response.headers.get("location")
             if response.status_code not in _REDIRECTS or location is None:
                 return response

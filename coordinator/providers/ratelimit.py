@@ -28,6 +28,9 @@ class RateLimiter:
         self._requests: deque[float] = deque()
         self._tokens: deque[tuple[float, int]] = deque()
         self._lock = asyncio.Lock()
+        self.waits = 0
+        """Requests that had to wait for room in a window (for metrics)."""
+        self.waited_seconds = 0.0
 
     def _prune(self, now: float) -> None:
         while self._requests and self._requests[0] <= now - WINDOW_SECS:
@@ -53,11 +56,15 @@ class RateLimiter:
     async def acquire(self) -> None:
         """Wait (first come, first served) until one more request fits, then record it."""
         async with self._lock:
+            waited = False
             while True:
                 wait = self._wait_needed(self.clock.now())
                 if wait <= 0:
                     self._requests.append(self.clock.now())
                     return
+                self.waits += 0 if waited else 1
+                self.waited_seconds += wait
+                waited = True
                 await self.clock.sleep(wait)
 
     def record_tokens(self, total_tokens: int) -> None:
@@ -76,13 +83,18 @@ class Backoff429:
 
     def __init__(self) -> None:
         self.count = 0
+        self.waits = 0
+        """429s slept on, and the seconds slept (for metrics)."""
+        self.waited_seconds = 0.0
 
     def on_429(self, retry_after: int | None) -> float:
         """Count one more 429 and return how long to sleep before the script sees it."""
         self.count += 1
-        if retry_after is not None:
-            return float(retry_after)
-        return float(min(2 ** (min(self.count, 6) - 1), 60))
+        backoff = min(2 ** (min(self.count, 6) - 1), 60)
+        delay = float(retry_after if retry_after is not None else backoff)
+        self.waits += 1
+        self.waited_seconds += delay
+        return delay
 
     def on_success(self) -> None:
         """Any 2xx resets the schedule."""

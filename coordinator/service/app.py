@@ -19,11 +19,19 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from coordinator.errors import CpuQuotaExceeded, Overloaded, PoolClosed, Quarantined, QuotaExceeded
+from coordinator.errors import (
+    CpuQuotaExceeded,
+    Overloaded,
+    PoolClosed,
+    Quarantined,
+    QuotaExceeded,
+    ScriptQuotaExceeded,
+)
 from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
 from coordinator.service.gate import Gate
 from coordinator.service.http import HTTPError
 from coordinator.service.metrics import Metrics
+from coordinator.service.observer import CallObserver
 from coordinator.service.state import Service
 
 __all__ = ["create_app"]
@@ -53,6 +61,9 @@ async def _quarantined(request: Request, exc: Exception) -> Response:
 async def _over_quota(request: Request, exc: Exception) -> Response:
     """A tenant's own quota refused the call: 429, retryable when the quota frees by itself."""
     assert isinstance(exc, QuotaExceeded)
+    if isinstance(exc, ScriptQuotaExceeded):  # a load, refused before any call (calls: CallObserver)
+        tenant = str(request.scope.get("state", {}).get("tenant", ""))
+        request.app.state.metrics.refusals.labels(tenant, exc.quota or "scripts").inc()
     wait = math.ceil(exc.retry_after) if isinstance(exc, CpuQuotaExceeded) else 1
     return JSONResponse(
         {"error": f"{type(exc).__name__}: {exc}"}, 429, headers={"Retry-After": str(max(wait, 1))}
@@ -70,6 +81,7 @@ def create_app(service: Service) -> Any:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await service.start()
+        service.pool.observe(CallObserver(metrics))
         try:
             yield
         finally:

@@ -9,6 +9,7 @@ readiness and metrics stay reachable throughout, so an orchestrator sees the dra
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import time
@@ -18,6 +19,7 @@ from typing import Any, Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.service.metrics import Metrics
+from coordinator.service.observer import current_request
 
 __all__ = ["EXEMPT", "Gate"]
 
@@ -36,6 +38,7 @@ class Gate:
         self.max_header_bytes = max_header_bytes
         self.draining = False
         self.answered = 0
+        self._numbers = itertools.count(1)
         self._active: dict[asyncio.Task[Any], list[bool]] = {}
         self._cut: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Event()
@@ -64,6 +67,8 @@ class Gate:
         started = [False]
         status = [500]
         facts: dict[str, Any] = scope.setdefault("state", {})
+        facts["request"] = next(self._numbers)
+        current_request.set(facts)  # this task's context: the pool's observers read it (observer.py)
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -122,6 +127,7 @@ def _log_call(
         "call",
         extra={
             "call": number,
+            "request": facts.get("request"),
             "tenant": tenant or None,
             "op": kind,
             "script": facts.get("script"),

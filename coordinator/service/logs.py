@@ -1,8 +1,9 @@
 """Structured logs for ``rhaipool serve --log-json``: one JSON object per line on stderr.
 
-Each record carries the fields a caller passed in ``extra`` (the call log: call number, tenant,
-operation, script name and sha256, status, duration). Script output never reaches these logs raw:
-what a script prints is the script's business and stays in the reply that carries it.
+Each record carries the fields a caller passed in ``extra`` (the call log: call number, request number,
+tenant, operation, script name and sha256, status, duration). Script output never reaches these logs
+raw: with ``--log-json`` it is logged capped, escaped and tagged (``observer.py``), and not at all
+otherwise.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def configure(*, as_json: bool) -> None:
     if as_json:
         handler.setFormatter(JsonFormatter())
         logging.getLogger("rhaipool.service.calls").setLevel(logging.INFO)
+        logging.getLogger("rhaipool.service.scripts").setLevel(logging.INFO)
     else:
         formatter = logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
         formatter.converter = time.gmtime

@@ -2,8 +2,11 @@
 
 Only the service exports: the pool's own counters (workers by state, exits by reason, queue depth,
 worker memory, which workers report in replies and heartbeats) are read from ``Pool.statistics()`` and
-``Pool.workers()`` at scrape time; request-level counters and histograms are kept here. Labels are
-bounded: the operation (a route's endpoint name), the tenant (configured ids only) and the outcome;
+``Pool.workers()`` at scrape time, and so are egress's (requests by provider and status class, capacity
+refusals, what it holds) and the providers' rate limiters (waits); request-level counters and
+histograms are kept here, and the pool's per-call ones (queue wait, execution time, refusals) are fed
+by ``observer.CallObserver``. Labels are bounded: the operation (a route's endpoint name), the tenant
+(configured ids only), the script kind, the outcome, a provider's name, a status class, a reason;
 never a call id or a script hash.
 """
 
@@ -23,6 +26,7 @@ __all__ = ["CONTENT_TYPE", "Metrics"]
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _RESTART_REASONS: Final = ("memory", "cpu", "deadline", "crash", "recycle", "protocol")
+_SECONDS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 def _reason(raw: str) -> str:
@@ -75,6 +79,58 @@ class _PoolCollector(Collector):
         yield CounterMetricFamily(
             "rhaipool_pool_calls_failed", "Pool calls that failed.", value=stats.calls_failed
         )
+        yield from _egress_families(getattr(self._service, "egress", None))
+        yield from _rate_limit_families(self._service.rate_limit_waits())
+
+
+def _egress_families(egress: Any) -> Iterator[Any]:
+    """Egress's own counters: requests by provider and status class, refusals, what it holds now."""
+    if egress is None:
+        return
+    requests = CounterMetricFamily(
+        "rhaipool_egress_requests",
+        "HTTP requests provider scripts made, by provider and status class (error: no answer).",
+        labels=["provider", "status"],
+    )
+    for (provider, status), count in sorted(egress.responses.items()):
+        requests.add_metric([provider, status], count)
+    yield requests
+    refusals = CounterMetricFamily(
+        "rhaipool_egress_refusals",
+        "Egress requests or bodies refused for want of room, by the budget or quota that was full.",
+        labels=["reason"],
+    )
+    for reason, count in sorted(egress.budgets.refusals.items()):
+        refusals.add_metric([reason], count)
+    yield refusals
+    held = egress.budgets.in_flight()
+    yield GaugeMetricFamily(
+        "rhaipool_egress_inflight_requests", "Egress requests running now.", value=held["requests"]
+    )
+    budget = GaugeMetricFamily(
+        "rhaipool_egress_held_bytes", "Response bytes egress holds now, by budget.", labels=["budget"]
+    )
+    for name in ("response_bytes", "stream_bytes"):
+        budget.add_metric([name.removesuffix("_bytes")], held[name])
+    yield budget
+
+
+def _rate_limit_families(waits: list[tuple[str, str, str, int, float]]) -> Iterator[Any]:
+    """Rate-limit waits by tenant, provider and cause (``window``: RPM/TPM; ``429``: the API said so)."""
+    labels = ["tenant", "provider", "cause"]
+    count = CounterMetricFamily(
+        "rhaipool_rate_limit_waits", "Provider requests delayed by a rate limit.", labels=labels
+    )
+    seconds = CounterMetricFamily(
+        "rhaipool_rate_limit_wait_seconds",
+        "Seconds provider requests waited for a rate limit.",
+        labels=labels,
+    )
+    for tenant, provider, cause, n, waited in waits:
+        count.add_metric([tenant, provider, cause], n)
+        seconds.add_metric([tenant, provider, cause], waited)
+    yield count
+    yield seconds
 
 
 class Metrics:
@@ -88,8 +144,17 @@ class Metrics:
         )  # fmt: skip
         self.duration = Histogram(
             "rhaipool_call_duration_seconds", "Time from request to reply, by operation.", ["kind"],
-            registry=self.registry,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry, buckets=_SECONDS,
+        )  # fmt: skip
+        self.queue_wait = Histogram(
+            "rhaipool_queue_wait_seconds",
+            "Time a script call waited in the pool for a worker, by tenant and script kind.",
+            ["tenant", "kind"], registry=self.registry, buckets=_SECONDS,
+        )  # fmt: skip
+        self.execution = Histogram(
+            "rhaipool_script_execution_seconds",
+            "Time a script call ran in its worker, by tenant and script kind.",
+            ["tenant", "kind"], registry=self.registry, buckets=_SECONDS,
         )  # fmt: skip
         self.inflight = Gauge(
             "rhaipool_inflight_calls",
@@ -98,8 +163,10 @@ class Metrics:
             registry=self.registry,
         )
         self.refusals = Counter(
-            "rhaipool_quota_refusals", "Calls refused by backpressure or quotas, by tenant.", ["tenant"],
-            registry=self.registry,
+            "rhaipool_quota_refusals",
+            "Script calls refused before running, by tenant and reason: the quota's name, "
+            "quarantined, or overloaded (a full or timed-out queue).",
+            ["tenant", "reason"], registry=self.registry,
         )  # fmt: skip
         self.registry.register(_PoolCollector(service))
 
@@ -108,8 +175,6 @@ class Metrics:
         outcome = "ok" if status < 400 else "client_error" if status < 500 else "error"
         self.calls.labels(kind, tenant, outcome).inc()
         self.duration.labels(kind).observe(seconds)
-        if status in (429, 503):
-            self.refusals.labels(tenant).inc()
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""

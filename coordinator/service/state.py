@@ -184,6 +184,20 @@ class Service:
         self._saved_loads[key] = loaded
         await self.storage.save_provider_state(tenant, loaded.name, loaded.state)
 
+    def rate_limit_waits(self) -> list[tuple[str, str, str, int, float]]:
+        """``(tenant, provider, cause, waits, seconds)`` of every provider with a rate limit (metrics).
+
+        ``cause`` is ``window`` (its RPM/TPM windows were full) or ``429`` (the API answered 429). The
+        limiters are the runtimes' own (``ProviderRuntime._limiters``: one per provider with a limit).
+        """
+        rows = []
+        for tenant, runtime in sorted(self._runtimes.items()):
+            limiters: dict[str, Any] = getattr(runtime, "_limiters", {})
+            for provider, (_limit, window, backoff) in sorted(limiters.items()):
+                rows.append((tenant, provider, "window", window.waits, window.waited_seconds))
+                rows.append((tenant, provider, "429", backoff.waits, backoff.waited_seconds))
+        return rows
+
     def runtime(self, tenant: str) -> ProviderRuntime:
         """The tenant's provider runtime (its own scripts directory; the shared pool and egress)."""
         runtime = self._runtimes.get(tenant)

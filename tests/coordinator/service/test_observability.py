@@ -17,6 +17,11 @@ from service_support import ADMIN, TOKENS, ServiceProcess
 
 from coordinator.client import ServiceError
 
+BOUNDED_LABELS = frozenset(
+    {"kind", "tenant", "outcome", "state", "reason", "le", "provider", "status", "cause", "budget"}
+)
+"""Every label a series may carry: bounded sets only, never a call id or a script hash."""
+
 
 def _samples(service: ServiceProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = httpx.get(service.url + "/metrics", timeout=10).text
@@ -52,7 +57,7 @@ def test_metrics_parse_and_move_with_calls_and_failures(service: ServiceProcess)
     names = {name for name, _ in after}
     assert {"rhaipool_queue_depth", "rhaipool_worker_restarts_total", "rhaipool_inflight_calls"} <= names
     for name, labels in after:  # bounded labels only: never a call id or a script hash
-        assert {k for k, _ in labels} <= {"kind", "tenant", "outcome", "state", "reason", "le"}, name
+        assert {k for k, _ in labels} <= BOUNDED_LABELS, name
 
 
 def test_a_killed_worker_is_replaced_within_a_second_and_counted(service: ServiceProcess) -> None:
