@@ -130,7 +130,10 @@ class Welcome:
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Welcome:
         args = s.req_dict(body, "worker_args")
-        allowed = {"memory-bytes", "cpu-seconds", "open-files", "file-size", "heartbeat", "capacity"}
+        allowed = {
+            "memory-bytes", "cpu-seconds", "open-files", "file-size", "heartbeat", "capacity",
+            "resident-lists", "resident-bytes",
+        }  # fmt: skip
         for key, value in args.items():
             if key not in allowed or type(value) not in (int, float) or value < 0:
                 raise MalformedMessage(f"worker_args: {key!r} is not a known non-negative number")
@@ -250,8 +253,7 @@ class Reset(_Reasoned):
 
 
 class NodeMessage(Protocol):
-    @property
-    def COMMAND(self) -> NodeCommand: ...
+    COMMAND: ClassVar[NodeCommand]
 
     def to_body(self) -> dict[str, Any]: ...
 

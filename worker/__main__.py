@@ -30,6 +30,8 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--file-size", type=int, default=0)
     parser.add_argument("--heartbeat", type=float, default=0.25)
     parser.add_argument("--capacity", type=int, default=64, help="concurrent threaded (provider) calls")
+    parser.add_argument("--resident-lists", type=int, help="region entry lists kept (worker/resident.py)")
+    parser.add_argument("--resident-bytes", type=int, help="bytes of region entry lists kept")
     parser.add_argument("--probe", action="store_true", help="test only: run the sandbox probes")
     return parser.parse_args(argv)
 
@@ -68,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
     report, probe, parent_alive = _enter_sandbox(args)
     from worker.loop import WorkerLoop  # imports zmq: only after the sandbox is up
+    from worker.resident import DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, ResidentStore
 
     loop = WorkerLoop(
         endpoint=args.connect,
@@ -77,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         probe=probe,
         heartbeat=args.heartbeat,
         capacity=args.capacity,
+        resident=ResidentStore(
+            max_keys=args.resident_lists or DEFAULT_MAX_KEYS,
+            max_bytes=args.resident_bytes or DEFAULT_MAX_BYTES,
+        ),
     )
     return loop.run()
 

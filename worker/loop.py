@@ -184,12 +184,13 @@ class WorkerLoop:
         probe: dict[str, Any] | None,
         heartbeat: float,
         capacity: int,
+        resident: ResidentStore | None = None,
     ) -> None:
         self._endpoint, self._identity, self._parent_alive = endpoint, identity, parent_alive
         self._ready = Ready(os.getpid(), [PROTOCOL_VERSION], capacity, sandbox, probe)
         self._heartbeat = heartbeat
         self._cache = ScriptCache()
-        self._resident = ResidentStore()
+        self._resident = ResidentStore() if resident is None else resident
         self._channels: dict[int, CallChannel] = {}
         self._wire = Wire()
         self._outbox = Outbox(self._wire.send)

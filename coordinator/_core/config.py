@@ -14,6 +14,8 @@ __all__ = [
     "DEFAULT_MEMORY_BYTES",
     "DEFAULT_PROVIDER_CAPACITY",
     "DEFAULT_QUEUE_SIZE",
+    "DEFAULT_RESIDENT_MAX_BYTES",
+    "DEFAULT_RESIDENT_MAX_LISTS",
     "DEFAULT_SCRIPT_CACHE_BYTES",
     "DEFAULT_STREAM_BUFFER_BYTES",
     "DEFAULT_TENANT_MAX_SCRIPTS",
@@ -35,6 +37,8 @@ DEFAULT_QUEUE_SIZE: Final = 10_000
 DEFAULT_PROVIDER_CAPACITY: Final = 64
 DEFAULT_SCRIPT_CACHE_BYTES: Final = 64 << 20
 DEFAULT_STREAM_BUFFER_BYTES: Final = 64 << 20
+DEFAULT_RESIDENT_MAX_LISTS: Final = 256
+DEFAULT_RESIDENT_MAX_BYTES: Final = 16 << 20
 DEFAULT_TENANT_MAX_SCRIPTS: Final = 256
 DEFAULT_TENANT_MAX_SCRIPT_BYTES: Final = 32 << 20
 
@@ -136,6 +140,12 @@ class PoolConfig:
     dedicated_node_groups: Mapping[str, str] = field(default_factory=dict)
     """Tenants (of ``dedicated_workers``) whose own workers are taken only from nodes of this group
     (``rhaipool node --group``), not out of ``workers``; no other dedicated tenant takes from a group."""
+    resident_max_lists: int = DEFAULT_RESIDENT_MAX_LISTS
+    """Region entry lists each worker keeps between calls (``worker/resident.py``), least recently
+    used out first; a list a worker no longer holds is sent again whole, never lost."""
+    resident_max_bytes: int = DEFAULT_RESIDENT_MAX_BYTES
+    """Bytes (msgpack sizes of the items) of the region entry lists each worker keeps, the same rule;
+    the default is the largest CALL body, so any list that can be sent at all can be kept."""
     region_pipeline: int = 2
     """Region calls queued at one worker (1 running + N-1 waiting): hides the round trip."""
     stream_window: int = 16

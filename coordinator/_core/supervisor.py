@@ -111,6 +111,8 @@ class Supervisor:
         cmd += ["--cpu-seconds", str(limits.cpu_seconds), "--open-files", str(limits.open_files)]
         cmd += ["--file-size", str(limits.file_size), "--heartbeat", str(deadlines.heartbeat)]
         cmd += ["--capacity", str(self._config.provider_capacity)]
+        cmd += ["--resident-lists", str(self._config.resident_max_lists)]
+        cmd += ["--resident-bytes", str(self._config.resident_max_bytes)]
         return cmd + (["--probe"] if self._config.probe else [])
 
     def spawn(self) -> WorkerProcess | None:
@@ -119,7 +121,8 @@ class Supervisor:
             process = subprocess.Popen(
                 self._command(identity), env=dict(_WORKER_ENV), cwd=self._workdir, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True,
-                start_new_session=True,  # not in the coordinator's process group: no group signal reaches both
+                # not in the coordinator's process group: no group signal reaches both
+                start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
             log.error("cannot start a worker: %s", exc)
@@ -203,7 +206,8 @@ class Supervisor:
         return text
 
     def adopt(self, identity: bytes, process: RemoteProcess) -> WorkerProcess:
-        """A node started a worker for this pool: supervise it like a local one until its node reports its exit.
+        """A node started a worker for this pool: supervise it like a local one until its node reports
+        its exit.
 
         Remote workers are not counted in ``workers``/``spares`` (their node keeps its own number
         running) and are promoted to ACTIVE as soon as they are READY.

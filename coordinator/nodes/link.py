@@ -321,7 +321,8 @@ class NodeListener:
         self._router.relays.pop(identity, None)
 
     def _expire(self, node: NodeRecord, why: str) -> None:
-        """The node is gone: each of its workers is dead to the pool (its calls settle by the delivery rules)."""
+        """The node is gone: each of its workers is dead to the pool
+        (its calls settle by the delivery rules)."""
         if self._nodes.pop(node.session, None) is None:
             return
         self.expired += 1
@@ -367,4 +368,6 @@ def _worker_args(config: PoolConfig) -> dict[str, int | float]:
         "file-size": limits.file_size,
         "heartbeat": config.deadlines.heartbeat,
         "capacity": config.provider_capacity,
+        "resident-lists": config.resident_max_lists,
+        "resident-bytes": config.resident_max_bytes,
     }
