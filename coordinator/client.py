@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, Self, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -34,6 +35,11 @@ def token_from_env(*, admin: bool = False) -> str | None:
     if admin and os.environ.get("RHAIPOOL_ADMIN_TOKEN"):
         return os.environ["RHAIPOOL_ADMIN_TOKEN"]
     return os.environ.get("RHAIPOOL_TOKEN")
+
+
+def _seg(name: str) -> str:
+    """One path segment: a name with ``/``, ``?``, ``#`` or spaces still names one thing."""
+    return quote(name, safe="")
 
 
 def _result(response: httpx.Response) -> Any:
@@ -78,15 +84,15 @@ class _Api(Generic[R]):
 
     def get_script(self, kind: str, name: str) -> R:
         """``GET /api/scripts/{kind}/{name}``."""
-        return self._call("GET", f"/api/scripts/{kind}/{name}")
+        return self._call("GET", f"/api/scripts/{_seg(kind)}/{_seg(name)}")
 
     def put_script(self, kind: str, name: str, content: str) -> R:
         """``PUT /api/scripts/{kind}/{name}``."""
-        return self._call("PUT", f"/api/scripts/{kind}/{name}", {"content": content})
+        return self._call("PUT", f"/api/scripts/{_seg(kind)}/{_seg(name)}", {"content": content})
 
     def delete_script(self, kind: str, name: str) -> R:
         """``DELETE /api/scripts/{kind}/{name}``."""
-        return self._call("DELETE", f"/api/scripts/{kind}/{name}")
+        return self._call("DELETE", f"/api/scripts/{_seg(kind)}/{_seg(name)}")
 
     def validate(self, kind: str, content: str) -> R:
         """``POST /api/scripts/validate`` → ``{"valid", "error"?}``."""
@@ -105,28 +111,31 @@ class _Api(Generic[R]):
 
     def get_region(self, name: str) -> R:
         """``GET /api/regions/{name}``: the region and its entries."""
-        return self._call("GET", f"/api/regions/{name}")
+        return self._call("GET", f"/api/regions/{_seg(name)}")
 
     def delete_region(self, name: str) -> R:
         """``DELETE /api/regions/{name}``."""
-        return self._call("DELETE", f"/api/regions/{name}")
+        return self._call("DELETE", f"/api/regions/{_seg(name)}")
 
     def write(self, region: str, content: str, tokens: int | None = None, **entry: Any) -> R:
         """``POST /api/regions/{name}/write``; ``entry`` carries ``kind``, ``tool_calls`` … (§1.5)."""
         body = {"content": content, **({"tokens": tokens} if tokens is not None else {}), **entry}
-        return self._call("POST", f"/api/regions/{region}/write", body)
+        return self._call("POST", f"/api/regions/{_seg(region)}/write", body)
 
     def replace(self, region: str, content: str, tokens: int | None = None) -> R:
         """``POST /api/regions/{name}/replace``."""
-        return self._call("POST", f"/api/regions/{region}/replace", {"content": content, "tokens": tokens})
+        return self._call(
+            "POST", f"/api/regions/{_seg(region)}/replace", {"content": content, "tokens": tokens}
+        )
 
     def render(self, region: str, **meta: Any) -> R:
-        """``POST /api/regions/{name}/render`` (``stage_name``, ``stage_iterations``, ``model``, ``window``)."""
-        return self._call("POST", f"/api/regions/{region}/render", meta)
+        """``POST /api/regions/{name}/render`` (``stage_name``, ``stage_iterations``,
+        ``model``, ``window``)."""
+        return self._call("POST", f"/api/regions/{_seg(region)}/render", meta)
 
     def evict(self, region: str, needed_tokens: int) -> R:
         """``POST /api/regions/{name}/evict``."""
-        return self._call("POST", f"/api/regions/{region}/evict", {"needed_tokens": needed_tokens})
+        return self._call("POST", f"/api/regions/{_seg(region)}/evict", {"needed_tokens": needed_tokens})
 
     def assemble(self, regions: list[str], max_tokens: int, **meta: Any) -> R:
         """``POST /api/window/assemble``."""
@@ -137,15 +146,17 @@ class _Api(Generic[R]):
     # providers
     def inference(self, provider: str, request: dict[str, Any]) -> R:
         """``POST /api/providers/{name}/inference``: what ``rhaipool infer --json`` prints."""
-        return self._call("POST", f"/api/providers/{provider}/inference", request)
+        return self._call("POST", f"/api/providers/{_seg(provider)}/inference", request)
 
     def count_tokens(self, provider: str, text: str, model: str = "") -> R:
         """``POST /api/providers/{name}/count_tokens`` → ``{"tokens"}``."""
-        return self._call("POST", f"/api/providers/{provider}/count_tokens", {"text": text, "model": model})
+        return self._call(
+            "POST", f"/api/providers/{_seg(provider)}/count_tokens", {"text": text, "model": model}
+        )
 
     def list_models(self, provider: str) -> R:
         """``GET /api/providers/{name}/models``."""
-        return self._call("GET", f"/api/providers/{provider}/models")
+        return self._call("GET", f"/api/providers/{_seg(provider)}/models")
 
     # operations
     def healthz(self) -> R:
@@ -199,7 +210,7 @@ class AsyncClient(_Api[Any]):
 
     async def stream(self, provider: str, request: dict[str, Any]) -> AsyncIterator[Any]:
         """Chunks as they arrive (an error item is ``{"error": {...}}``); closing early cancels the script."""
-        path = f"/api/providers/{provider}/stream"
+        path = f"/api/providers/{_seg(provider)}/stream"
         async with self.http.stream("POST", path, json=request) as response:
             if response.status_code >= 400:
                 await response.aread()
@@ -243,7 +254,7 @@ class Client(_Api[Any]):
 
     def stream(self, provider: str, request: dict[str, Any]) -> Iterator[Any]:
         """Chunks as they arrive (an error item is ``{"error": {...}}``)."""
-        with self.http.stream("POST", f"/api/providers/{provider}/stream", json=request) as response:
+        with self.http.stream("POST", f"/api/providers/{_seg(provider)}/stream", json=request) as response:
             if response.status_code >= 400:
                 response.read()
                 _result(response)

@@ -11,9 +11,10 @@ import asyncio
 import json
 import math
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,10 @@ import click
 
 from coordinator._cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_doc, fail, verbosity
 from coordinator._cli.region_present import format_result
-from coordinator._cli.scenario import ScenarioError, load_scenario, run_scenario
+from coordinator._cli.remote import SERVER_HELP
+from coordinator._cli.remote_scenario import RemoteLoadError, run_remote_scenario
+from coordinator._cli.scenario import ScenarioError, ScenarioResult, load_scenario, run_scenario
+from coordinator.client import AsyncClient, ServiceError, token_from_env
 from coordinator.regions.loading import (
     DEFAULT_HOOK_TIMEOUT,
     RegionLoadError,
@@ -31,7 +35,14 @@ from coordinator.regions.loading import (
 )
 from proto.errors import RhaipoolError
 
-__all__ = ["RegionValidation", "run_test", "run_validate", "test_command", "validate_region"]
+__all__ = [
+    "RegionValidation",
+    "run_scenarios",
+    "run_test",
+    "run_validate",
+    "test_command",
+    "validate_region",
+]
 
 PoolFactory = Callable[[], AbstractAsyncContextManager[RegionPool]]
 
@@ -57,7 +68,8 @@ class RegionValidation:
     error_class: str = "CompileError"
 
     def to_json(self) -> dict[str, Any]:
-        """``{"valid", "kind", "error": null | {"class", "message", "file", ...}, "functions", "metadata"}``."""
+        """The ``--json`` document: ``{"valid", "kind", "error": null | {"class", "message", "file", ...},
+        "functions", "metadata"}``."""
         error = (
             None if self.error is None else {"class": self.error_class, "message": self.error, **self.place}
         )
@@ -135,15 +147,44 @@ async def _run_one(
             result = await run_scenario(scenario, pool, hook_timeout=hook_timeout)
     except RegionLoadError as exc:
         return EXIT_FAILED, error_doc("RegionLoadError", str(exc), file=str(scenario.script))
+    return _finish(path, result, as_json)
+
+
+async def _remote_one(path: Path, as_json: bool, server: str) -> tuple[int, dict[str, Any]]:
+    """``--server``: the same run against a running service (``remote_scenario.py``)."""
+    try:
+        scenario = load_scenario(path)
+    except ScenarioError as exc:
+        return EXIT_USAGE, error_doc("ScenarioError", f"invalid scenario: {exc}", file=str(path))
+    try:
+        async with AsyncClient(server, token_from_env()) as client:
+            result = await run_remote_scenario(scenario, client)
+    except RemoteLoadError as exc:
+        return EXIT_FAILED, error_doc("RegionLoadError", str(exc), file=str(scenario.script))
+    except ServiceError as exc:
+        return EXIT_FAILED, error_doc("ServiceError", exc.message, status=exc.status)
+    return _finish(path, result, as_json)
+
+
+def _finish(path: Path, result: ScenarioResult, as_json: bool) -> tuple[int, dict[str, Any]]:
     if not as_json:
         click.echo(format_result(result, _style(sys.stdout.isatty()), verbose=verbosity() > 0))
     return (EXIT_OK if result.passed else EXIT_FAILED), {"scenario": str(path), **result.to_json()}
 
 
+RunOne = Callable[[Path, bool], Awaitable[tuple[int, dict[str, Any]]]]
+"""Runs one scenario file (printing it unless ``--json``): its exit code and its ``--json`` document."""
+
+
 async def _run_test(paths: list[Path], as_json: bool, hook_timeout: float, pool_factory: PoolFactory) -> int:
+    return await run_scenarios(paths, as_json, lambda p, j: _run_one(p, j, hook_timeout, pool_factory))
+
+
+async def run_scenarios(paths: list[Path], as_json: bool, run_one: RunOne) -> int:
+    """Run each scenario, print the ``--json`` document or the summary; the worst exit code."""
     codes, docs = [], []
     for path in paths:
-        code, doc = await _run_one(path, as_json, hook_timeout, pool_factory)
+        code, doc = await run_one(path, as_json)
         codes.append(code)
         docs.append(doc)
         if "error" in doc and not as_json:
@@ -177,7 +218,8 @@ def _positive_seconds(ctx: click.Context, param: click.Parameter, value: float) 
     callback=_positive_seconds,
     help="Seconds each hook may run.",
 )
-def test_command(scenarios: tuple[Path, ...], as_json: bool, timeout: float) -> None:
+@click.option("--server", default=None, help=SERVER_HELP + " The service's hook deadline applies.")
+def test_command(scenarios: tuple[Path, ...], as_json: bool, timeout: float, server: str | None) -> None:
     """Replay each scenario against its custom region and show what the model would see.
 
     A SCENARIO may be a directory (its *.scenario.json files). Exits 1 when an expectation a
@@ -186,6 +228,8 @@ def test_command(scenarios: tuple[Path, ...], as_json: bool, timeout: float) -> 
     paths = scenario_paths(scenarios)
     if not paths:
         fail("no *.scenario.json file in the given directories", as_json, EXIT_USAGE, "UsageError")
+    if server:
+        sys.exit(asyncio.run(run_scenarios(paths, as_json, partial(_remote_one, server=server))))
     sys.exit(asyncio.run(_run_test(paths, as_json, timeout, _default_pool)))
 
 

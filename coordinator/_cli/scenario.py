@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from coordinator._cli.errors import ScenarioError
 from coordinator.regions.assembly import AssembledRequest, assemble
@@ -24,6 +24,7 @@ from coordinator.regions.tokens import estimate_tokens
 
 __all__ = [
     "ExpectationFailure",
+    "RegionState",
     "Scenario",
     "ScenarioError",
     "ScenarioResult",
@@ -68,7 +69,8 @@ class ScenarioResult:
         return not self.failures
 
     def to_json(self) -> dict[str, Any]:
-        """``{"steps": [...], "entries": [...], "passed", "failures": [{"step", "key", "expected", "actual"}]}``."""
+        """The ``--json`` document: ``{"steps": [...], "entries": [...], "passed",
+        "failures": [{"step", "key", "expected", "actual"}]}``."""
         return {
             "steps": self.steps,
             "entries": self.entries,
@@ -296,8 +298,18 @@ def render_text(request: AssembledRequest) -> str:
     return "\n".join(parts)
 
 
+class RegionState(Protocol):
+    """What expectations read of a region after a step (a local ``Region``, or a service's answer)."""
+
+    @property
+    def entries(self) -> Sequence[Any]: ...
+
+    @property
+    def current_tokens(self) -> int: ...
+
+
 def check_step(
-    index: int, op: str, body: Mapping[str, Any], step: dict[str, Any], region: Region, text: str | None
+    index: int, op: str, body: Mapping[str, Any], step: dict[str, Any], region: RegionState, text: str | None
 ) -> list[ExpectationFailure]:
     """The failed expectations of one step (empty when it states none or all held)."""
     expect = body.get("expect", {})
