@@ -5,6 +5,7 @@
 //! | None                       | ()              |
 //! | bool                       | bool            |
 //! | int (i64 range)            | INT             |
+//! | int beyond i64             | FLOAT (lossy)   |
 //! | float                      | FLOAT           |
 //! | str                        | string          |
 //! | bytes/bytearray/memoryview | blob            |
@@ -147,6 +148,22 @@ fn open_seq<'py>(items: impl Iterator<Item = Bound<'py, PyAny>>, len: usize) -> 
     })
 }
 
+/// An int: INT in i64 range, else the nearest FLOAT, as the reference's JSON
+/// reading turns a number beyond i64 into a (lossy) float (SPEC §2.5). Only an
+/// int past the float range (about 1.8e308) has no Rhai form.
+fn int_to_dynamic(obj: &Bound<'_, PyAny>) -> Result<Dynamic, ConvError> {
+    if let Ok(i) = obj.extract::<i64>() {
+        return Ok(Dynamic::from_int(i));
+    }
+    match obj.extract::<f64>() {
+        Ok(f) => Ok(Dynamic::from_float(f)),
+        Err(_) => Err(ConvError::new(
+            ConvKind::Overflow,
+            "int is too large to convert to a float",
+        )),
+    }
+}
+
 /// One Python value: a finished Rhai value, or a container to walk.
 fn py_step<'py>(obj: &Bound<'py, PyAny>) -> Result<PyStep<'py>, ConvError> {
     if obj.is_none() {
@@ -161,13 +178,7 @@ fn py_step<'py>(obj: &Bound<'py, PyAny>) -> Result<PyStep<'py>, ConvError> {
         return Ok(PyStep::Leaf(Dynamic::from_bool(b.is_true())));
     }
     if obj.cast::<PyInt>().is_ok() {
-        return match obj.extract::<i64>() {
-            Ok(i) => Ok(PyStep::Leaf(Dynamic::from_int(i))),
-            Err(_) => Err(ConvError::new(
-                ConvKind::Overflow,
-                "int does not fit in a 64-bit signed integer",
-            )),
-        };
+        return int_to_dynamic(obj).map(PyStep::Leaf);
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
         return Ok(PyStep::Leaf(Dynamic::from_float(f.value())));

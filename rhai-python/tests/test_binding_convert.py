@@ -44,11 +44,41 @@ def test_maps_come_back_key_sorted() -> None:
     assert list(out) == ["A", "a", "b", "é"]  # type: ignore[call-overload]
 
 
-def test_int_overflow_names_the_path() -> None:
-    with pytest.raises(OverflowError, match=r"args\[0\]\[\"amount\"\]"):
-        echo({"amount": 2**63})
+BEYOND_I64 = [2**63, -(2**63) - 1, 2**64 - 1, 2**64, 10**30, -(10**30), 2**1023]
+
+
+@pytest.mark.parametrize("value", BEYOND_I64)
+def test_ints_beyond_i64_become_the_nearest_float(value: int) -> None:
+    """SPEC §2.5: the reference reads a number beyond i64 as a (lossy) FLOAT, both signs."""
+    out = echo({"amount": value})
+    assert out == {"amount": float(value)}
+    assert type(out["amount"]) is float  # type: ignore[index]
+
+
+def test_a_script_sees_ints_beyond_i64_as_floats() -> None:
+    script = rhai.Engine().compile("fn kinds(xs) { xs.map(|x| type_of(x)) } fn half(x) { x / 2 }")
+    assert script.call("kinds", [2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 10**30]) == [
+        "i64",
+        "f64",
+        "i64",
+        "f64",
+        "f64",
+    ]
+    assert script.call("half", 10**30) == 5e29
+
+
+def test_the_float_is_the_nearest_one_as_serde_json_reads_the_number() -> None:
+    """What `parse_json` makes of the same digits (serde_json) is what a Python int becomes."""
+    for value in BEYOND_I64:
+        assert echo(value) == rhai.parse_json(str(value)), value
+    assert echo(2**64 - 1) == 18446744073709551616.0  # rounds up to 2**64, like `u64 as f64`
+
+
+def test_int_past_the_float_range_is_an_overflow_naming_the_path() -> None:
+    with pytest.raises(OverflowError, match=r"args\[0\]\[\"amount\"\]\[1\]"):
+        echo({"amount": [0, 2**1024]})
     with pytest.raises(OverflowError):
-        echo(-(2**63) - 1)
+        echo(-(10**400))
 
 
 def test_non_str_keys_are_a_type_error() -> None:

@@ -58,6 +58,15 @@ def test_parse_json_any_top_level() -> None:
     assert rhai.parse_json("1e2") == 100.0
 
 
+def test_integers_beyond_i64_are_floats_both_ways() -> None:
+    """SPEC §2.5: read as the nearest float, either sign; a Python int beyond i64 writes as that float."""
+    for value in (2**63, -(2**63) - 1, 10**30, -(10**30)):
+        parsed = rhai.parse_json(str(value))
+        assert type(parsed) is float and parsed == float(value), value
+        assert rhai.to_json(value) == rhai.to_json(float(value))
+    assert rhai.to_json([2**63, -(2**63)]) == "[9.223372036854776e18,-9223372036854775808]"
+
+
 def test_parse_json_does_not_evaluate() -> None:
     with pytest.raises(ValueError, match="parse_json"):
         rhai.parse_json('{"a": 1 + 2}')
