@@ -256,4 +256,13 @@ def bench_binding(ctx: click.Context) -> None:
     run(ctx.args)
 
 
+@bench.command("tenants", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_tenants(ctx: click.Context) -> None:
+    """A quiet tenant beside a flood and a crasher; coordinator RSS under floods; tenants at once."""
+    from coordinator.bench.tenants import main as run
+
+    run(ctx.args)
+
+
 add_verbosity(main)

@@ -22,6 +22,7 @@ _BENCH = {
     "bench pool",
     "bench nodes",
     "bench curves",
+    "bench tenants",
 }
 """Benchmarks forward their arguments to their own parsers; they are not user commands with --json errors."""
 
