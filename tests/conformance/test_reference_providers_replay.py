@@ -49,6 +49,7 @@ DELIBERATE = {
             "echo_usage_negative",
             "echo_usage_small_total",
             "echo_usage_cached_over_prompt",
+            "echo_usage_huge",  # its body's float also has the open `e+19` spelling (below)
             "stream_collapsed",
         ],
         _USAGE,
@@ -64,7 +65,6 @@ DELIBERATE = {
     "fail_blob": "parts, and blobs in them",
 }
 OPEN = {
-    "echo_usage_huge": "an integer beyond i64 in a request fails to convert (the reference: a float)",
     "echo_tool_calls_float_args": "to_json writes 1e21 where the reference writes 1e+21",
 }
 
@@ -134,3 +134,18 @@ def test_provider_case_matches_the_reference(
         assert ours != reference, f"{name} now matches the reference: update docs/differences.md"
     else:
         assert ours == reference
+
+
+def test_an_integer_beyond_i64_in_a_request_reaches_the_script_as_the_reference_float(
+    pooled: Pooled, server: tuple[Recorder, str, str]
+) -> None:
+    """``echo_usage_huge`` past its deliberate difference (the derived total) and the open exponent spelling:
+    the script gets the u64 as a FLOAT (SPEC §2.5), writes it back in the body, and reads it as no integer."""
+    ours = rhaipool_side(pooled, server, CASES["echo_usage_huge"])
+    reference = REFERENCE["echo_usage_huge"]
+    assert [h["body"] for h in ours["http"]] == [
+        h["body"].replace("1.8446744073709552e+19", "1.8446744073709552e19") for h in reference["http"]
+    ]
+    usage, expected = (r["result"]["0:inference"]["ok"]["tokens_used"] for r in (ours, reference))
+    assert strict(usage["prompt_tokens"]) == strict(expected["prompt_tokens"]) == ("int", 0)
+    assert strict(usage["completion_tokens"]) == strict(expected["completion_tokens"])
