@@ -1,13 +1,16 @@
 """The coordinator's exceptions, one tree under ``proto``'s root::
 
     RhaipoolError                       (proto.errors)
-    ├── ProtocolError                   (proto.errors: MalformedMessage, UnknownCommand, VersionMismatch, TooLarge)
+    ├── ProtocolError                   (proto.errors: MalformedMessage, UnknownCommand, VersionMismatch,
+    │                                   TooLarge)
     ├── HostCallError                   raised by a host handler: throw .value into the script
     ├── LoadError                       a script could not be loaded          .name .sha
     │   ├── CompileError                .message .line .column
     │   └── MissingFunction             .missing [(name, arity)]
-    ├── CallFailed                      one call ended without a value        .call_id .tenant .script .sha .worker_id .cause
-    │   ├── ScriptError                 the script failed or threw            .rhai_class .message .line .column .value
+    ├── CallFailed                      one call ended without a value        .call_id .tenant .script .sha
+    │   │                                                                     .worker_id .cause
+    │   ├── ScriptError                 the script failed or threw            .rhai_class .message .line
+    │   │                                                                     .column .value
     │   ├── LimitExceeded               a budget ran out                      .limit
     │   │   └── ScriptTimeout           the call's deadline passed            (limit == "deadline")
     │   ├── WorkerCrashed               its worker died while running it      .exit_reason

@@ -194,7 +194,8 @@ class Error:
             raise MalformedMessage(f"unknown error class {cls_name!r}")
         return cls(
             s.req_id(body), error_cls, s.req_str(body, "message"), s.req_str(body, "kind"),
-            s.opt_int(body, "line"), s.opt_int(body, "column"), s.any_value(body, "value"), s.opt_str(body, "limit"),
+            s.opt_int(body, "line"), s.opt_int(body, "column"), s.any_value(body, "value"),
+            s.opt_str(body, "limit"),
         )  # fmt: skip
 
 
@@ -224,7 +225,8 @@ class Chunk:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """C→W: stop call ``id``; the worker answers with ERROR ``Cancelled`` (or its result if it won the race)."""
+    """C→W: stop call ``id``; the worker answers with ERROR ``Cancelled``
+    (or its result if it won the race)."""
 
     COMMAND: ClassVar[Command] = Command.CANCEL
     id: int
@@ -239,7 +241,8 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class Credit:
-    """Either way: the receiver consumed ``n`` chunks of stream ``(id, hid)``; ``hid`` 0 is the call's output."""
+    """Either way: the receiver consumed ``n`` chunks of stream ``(id, hid)``;
+    ``hid`` 0 is the call's output."""
 
     COMMAND: ClassVar[Command] = Command.CREDIT
     id: int

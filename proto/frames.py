@@ -10,7 +10,7 @@ per hop (measured: a raw echo went from 40 to 50 µs with three frames).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 from proto.calls import Call, Cancel, Chunk, Credit, Error, Result
 from proto.commands import COMMAND_FRAMES, Command
@@ -50,8 +50,7 @@ SIGNATURE: Final = signature_for(PROTOCOL_VERSION)
 class Message(Protocol):
     """What every message class in ``proto.control``, ``proto.calls`` and ``proto.host`` provides."""
 
-    @property
-    def COMMAND(self) -> Command: ...
+    COMMAND: ClassVar[Command]
 
     def to_body(self) -> dict[str, Any]: ...
 

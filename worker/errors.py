@@ -29,7 +29,8 @@ class CallAborted(WorkerError):
 
 
 class DeadlineReached(WorkerError):
-    """Raised by a host function whose wait outlived the call's deadline; ends the script as ``ScriptTimeout``."""
+    """Raised by a host function whose wait outlived the call's deadline;
+    ends the script as ``ScriptTimeout``."""
 
 
 class ScriptFailure(WorkerError):

@@ -29,7 +29,7 @@ import rhai
 from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Kind, Message, ProtocolError, encode
 from worker.engine import CallAborted, DeadlineReached
 
-__all__ = ["HOST_FUNCTIONS", "WAITS", "CallChannel", "Outbox", "bound_to"]
+__all__ = ["HOST_FUNCTIONS", "WAITS", "CallChannel", "ChannelBinding", "Outbox"]
 
 _CANCEL: Final = object()
 _current = threading.local()
@@ -163,7 +163,7 @@ class CallChannel:
         self._seq += 1
 
 
-class bound_to:
+class ChannelBinding:
     """Make ``channel`` the target of host functions called on this thread (a class: it runs per call).
 
     Calls nest on the loop thread (a region call served while its provider call waits), so the

@@ -60,7 +60,7 @@ from proto import (
 )
 from worker.cache import ScriptCache
 from worker.engine import Compiled, Engines, ScriptFailure
-from worker.host_bridge import HOST_FUNCTIONS, WAITS, CallChannel, Outbox, bound_to
+from worker.host_bridge import HOST_FUNCTIONS, WAITS, CallChannel, ChannelBinding, Outbox
 from worker.resident import ResidentStore
 
 __all__ = ["THREAD_STACK_BYTES", "WorkerLoop"]
@@ -228,7 +228,8 @@ class WorkerLoop:
         self._poller.register(self._wire.fd, select.POLLIN)
         while True:
             self._tick()
-            self._drain_socket()  # last before poll: it ends in a receive, which catches an edge our sends ate
+            # last before poll: it ends in a receive, which catches an edge our sends ate
+            self._drain_socket()
             if self._stopping and not self._channels:  # script threads sent their RESULTs before leaving
                 self._send(Goodbye("shutdown"))
                 return 0
@@ -364,7 +365,7 @@ class WorkerLoop:
         try:
             if call.resident is not None:  # region entries kept here between calls (worker/resident.py)
                 args = self._resident.args_for(call.tenant, call.resident, args)
-            with bound_to(channel):
+            with ChannelBinding(channel):
                 outcome = self._engines.run(
                     compiled, call.fn, args, call.timeout, channel.token if channel else None
                 )
@@ -395,7 +396,7 @@ class WorkerLoop:
                         call.id, ErrorClass.INVALID_VALUE, f"the return value cannot leave the sandbox: {exc}"
                     )
                 )
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the call must end in an ERROR, or its caller waits forever
             self._outbox.put(Error(call.id, ErrorClass.INTERNAL, f"{type(exc).__name__}: {exc}"))
         finally:
             self._channels.pop(call.id, None)

@@ -56,7 +56,8 @@ class ResidentStore:
         return len(self._held)
 
     def args_for(self, tenant: str, resident: dict[str, Any], args: list[Any]) -> list[Any]:
-        """``args`` with the resident list as ``args[0]["entries"]``; ``ResidentMissing`` if the base is not held.
+        """``args`` with the resident list as ``args[0]["entries"]``;
+        ``ResidentMissing`` if the base is not held.
 
         ``resident`` was checked by ``proto.calls.check_resident``.  The list
         is updated before the hook runs, whatever the hook then does.

@@ -63,7 +63,8 @@ def _fail(
 
 
 def _not_found(name: str, config: ProvidersConfig, exc: ProviderNotFound) -> str:
-    """Why ``name`` resolved to nothing, naming the path that was tried (a ``script`` override may be anywhere)."""
+    """Why ``name`` resolved to nothing, naming the path that was tried
+    (a ``script`` override may be anywhere)."""
     if "escapes the providers directory" in str(exc):
         return (
             f"no provider named '{name}': its script path escapes the providers directory - refusing to load"
@@ -354,7 +355,7 @@ async def check_provider_script(path: Path, pool: Any) -> dict[str, Any]:
     from coordinator.providers.metadata import parse_metadata
 
     doc: dict[str, Any] = {"valid": False, "kind": "provider", "error": None, "functions": [], "metadata": {}}
-    source = path.read_text(encoding="utf-8", errors="replace")
+    source = path.read_text(encoding="utf-8", errors="replace")  # noqa: ASYNC240 - a CLI command's own loop
     doc["metadata"] = parse_metadata(source).to_dict()
     try:
         handle = await pool.load(source, name=str(path), kind=KIND)

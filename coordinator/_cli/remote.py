@@ -147,7 +147,8 @@ def remote_models(name: str, as_json: bool, server: str) -> int:
 
 
 def remote_doctor(server: str, target: str | None, as_json: bool) -> int:
-    """``doctor --server URL [-m PROVIDER/MODEL]``: the service's workers and sandbox layers, one inference."""
+    """``doctor --server URL [-m PROVIDER/MODEL]``:
+    the service's workers and sandbox layers, one inference."""
     try:
         with _client(server) as client:
             status = client.status()
@@ -178,6 +179,7 @@ def remote_doctor(server: str, target: str | None, as_json: bool) -> int:
         if target:
             inf = report["inference"]
             click.echo(
-                f"inference {target}: {'ok' if inf['ok'] else 'FAILED'} - {inf.get('reply') or inf.get('error')}"
+                f"inference {target}: {'ok' if inf['ok'] else 'FAILED'}"
+                f" - {inf.get('reply') or inf.get('error')}"
             )
     return 0 if report["ok"] else 1

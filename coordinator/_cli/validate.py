@@ -20,7 +20,8 @@ _INFERENCE = re.compile(r"^\s*(?:private\s+)?fn\s+inference\s*\(", re.MULTILINE)
 
 
 def infer_kind(path: Path) -> str:
-    """``provider`` when the script defines ``inference`` (the one function every provider has), else ``region``."""
+    """``provider`` when the script defines ``inference``
+    (the one function every provider has), else ``region``."""
     try:
         source = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -98,7 +99,7 @@ async def _initialize_with_table(config: Any, name: str, path: Path) -> dict[str
 
     table = config.table(name) or ProviderTable(name=name)
     tables = dict(config.providers)
-    tables[name] = replace(table, script=str(path.resolve()))
+    tables[name] = replace(table, script=str(path.resolve()))  # noqa: ASYNC240 - the CLI command's own loop
     loader_log = logging.getLogger("coordinator.providers.loader")
     level = loader_log.level
     if verbosity() <= 0:

@@ -47,7 +47,10 @@ class Admission:
         if quarantined is not None:
             until, cause = quarantined
             what = "tenant" if cause.startswith("tenant ") else "script"
-            msg = f"{what} quarantined for another {until - now:.1f} s after repeatedly killing workers ({cause})"
+            msg = (
+                f"{what} quarantined for another {until - now:.1f} s"
+                f" after repeatedly killing workers ({cause})"
+            )
             return Quarantined(msg, until=until, cause=cause, **outcomes.fields(call, None))
         try:
             self.cpu.check(tenant, now)

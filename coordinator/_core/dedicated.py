@@ -39,7 +39,8 @@ class Owners:
         self._owner: dict[bytes, str] = {}
 
     def assign(self, identity: bytes, group: str = "") -> str | None:
-        """A worker became ACTIVE (on a node of ``group``): the dedicated tenant it now serves, or ``None``."""
+        """A worker became ACTIVE (on a node of ``group``):
+        the dedicated tenant it now serves, or ``None``."""
         if identity in self._owner:
             return self._owner[identity]
         for tenant, wanted in self._wanted.items():

@@ -110,7 +110,7 @@ class HostBridge:
                 reply = HostReply(msg.id, msg.hid, True, await host.call(msg.name, list(msg.args)))
         except HostCallError as exc:
             reply = HostReply(msg.id, msg.hid, False, exc.value)
-        except Exception as exc:  # a handler bug must reach the script as an error, not the event loop
+        except Exception as exc:  # noqa: BLE001 - a handler bug must reach the script as an error, not the loop
             log.warning("host handler %s failed: %r", msg.name, exc)
             reply = HostReply(
                 msg.id, msg.hid, False, f"provider host dropped the reply: {type(exc).__name__}: {exc}"

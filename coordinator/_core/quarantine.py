@@ -89,7 +89,8 @@ class Quarantine:
         return script_out or tenant_out
 
     def check(self, sha: str, now: float, *, tenant: str = DEFAULT_TENANT) -> tuple[float, str] | None:
-        """``(until, last cause)`` while the tenant or its copy of the script is quarantined, else ``None``."""
+        """``(until, last cause)`` while the tenant or its copy of the script is
+        quarantined, else ``None``."""
         return self._scripts.check((tenant, sha), now) or self._tenants.check(tenant, now)
 
     def offender(self, tenant: str, now: float) -> bool:

@@ -112,7 +112,8 @@ class ScriptBook:
             self._refuse(tenant, quota, limit or 0, "every script it holds has a call running")
 
     def admit(self, tenant: str, handle: ScriptHandle, size: int) -> None:
-        """After a load (call ``make_room`` first): ``tenant`` holds ``handle``; the cache keeps its source."""
+        """After a load (call ``make_room`` first): ``tenant`` holds ``handle``;
+        the cache keeps its source."""
         key = (handle.kind, handle.sha256)
         book = self._tenants.setdefault(tenant, OrderedDict())
         book[key] = size

@@ -44,7 +44,7 @@ class SyncPool:
             async with self._pool:
                 self._started.set()
                 await self._stop.wait()
-        except BaseException as exc:  # reported to the thread that called __enter__
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the thread that called __enter__
             self._failure = exc
         finally:
             self._started.set()
@@ -78,8 +78,8 @@ class SyncPool:
         return self._wait(self._pool.load(source, name=name, kind=kind, require=require))
 
     def call(
-        self, handle: ScriptHandle, function: str, *args: Any, timeout: float | None = None, tenant: str = "default",
-        host: HostHandler | None = None,
+        self, handle: ScriptHandle, function: str, *args: Any, timeout: float | None = None,
+        tenant: str = "default", host: HostHandler | None = None,
     ) -> Any:  # fmt: skip
         return self._wait(self._pool.call(handle, function, *args, timeout=timeout, tenant=tenant, host=host))
 

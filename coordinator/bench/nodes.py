@@ -159,8 +159,9 @@ async def _both(topology: Topology, keys: Path, calls: int, concurrency: int) ->
             for index in (1, 2):
                 command = [*topology.exec_prefix(topology.node(index)), sys.executable, "-m", "coordinator",
                            "node", "--join", f"tcp://{topology.coordinator_address(index)}:{PORT}",
-                           "--secret-key", str(keys / f"n{index}.key_secret"), "--server-key",
-                           str(keys / "coordinator.key"), "--workers", "1", "--name", f"n{index}"]  # fmt: skip
+                           "--secret-key", str(keys / f"n{index}.key_secret"),
+                           "--server-key", str(keys / "coordinator.key"),
+                           "--workers", "1", "--name", f"n{index}"]  # fmt: skip
                 nodes.append(
                     await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.DEVNULL)
                 )
@@ -234,11 +235,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{op}:")
         for side in ("local", "nodes"):
             s = r[side]
-            print(f"  {side:6} p50 {s['sequential_p50_ms']:.3f} ms one at a time, {s['concurrent_p50_ms']:.2f} ms "
+            print(f"  {side:6} p50 {s['sequential_p50_ms']:.3f} ms one at a time, "
+                  f"{s['concurrent_p50_ms']:.2f} ms "
                   f"x{args.concurrency}, {s['throughput']:.0f} calls/s; CPU/call: coordinator "
                   f"{s['coordinator_cpu_ms']:.3f} ms, workers/nodes {s['node_cpu_ms']:.3f} ms")  # fmt: skip
         print(f"  node hop adds {r['added_p50_ms']:.3f} ms p50; one coordinator core: "
-              f"{r['coordinator_calls_per_core_second']} calls/s, drives {r['nodes_one_coordinator_drives']}")  # fmt: skip
+              f"{r['coordinator_calls_per_core_second']} calls/s, "
+              f"drives {r['nodes_one_coordinator_drives']}")  # fmt: skip
 
 
 if __name__ == "__main__":

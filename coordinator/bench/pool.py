@@ -6,8 +6,9 @@
 Measures, in one run: p50/p99 round trip of a trivial hook through the pool, the
 same call on an in-process engine, a raw pyzmq ROUTER→DEALER echo (same topology
 as the pool, no framing, blocking sockets), ``multiprocessing.Pool.apply``; the
-CPU each side of the pool spends per call; pipelined throughput with 1 and 2 workers; and how long until a killed worker's
-slot is served again (spare promoted) and until the spare is refilled.
+CPU each side of the pool spends per call; pipelined throughput with 1 and 2 workers;
+and how long until a killed worker's slot is served again (spare promoted) and until
+the spare is refilled.
 """
 
 from __future__ import annotations
@@ -280,8 +281,8 @@ def _table(r: dict[str, Any]) -> str:
             f"{t['pipelined_2_workers_of_raw']:.0%} of the raw pipelined echo (target >= 60%)"
         ),
         (
-            f"replacement ready after kill   {r['replacement']['ready_median_ms']:.1f} ms median   (target <= 50 ms: "
-            f"{t['replacement_le_50ms']})"
+            f"replacement ready after kill   {r['replacement']['ready_median_ms']:.1f} ms median   "
+            f"(target <= 50 ms: {t['replacement_le_50ms']})"
         ),
         f"spare refilled (cold spawn)    {r['replacement']['spare_refilled_median_ms']:.1f} ms median",
     ]

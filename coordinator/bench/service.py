@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{lib['concurrent_p50_ms']:.2f} ms ({args.concurrency} clients), {lib['throughput']:.0f}/s; "
             f"service p50 {svc['sequential_p50_ms']:.3f} / {svc['concurrent_p50_ms']:.2f} ms, "
             f"{svc['throughput']:.0f}/s; added p50 {r['added_sequential_p50_ms']:.3f} ms one at a time, "
-            f"{r['added_concurrent_p50_ms']:.2f} ms at {args.concurrency}; throughput x{r['throughput_ratio']:.2f}"
+            f"{r['added_concurrent_p50_ms']:.2f} ms at {args.concurrency}; "
+            f"throughput x{r['throughput_ratio']:.2f}"
         )
 
 

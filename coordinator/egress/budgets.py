@@ -16,7 +16,8 @@ and every request counts against the tenant's **egress requests in flight**: def
 (default 30 s) for one of the tenant's own requests to finish.
 
 A read that finds no room waits up to ``EgressLimits.wait`` (default 2 s) for others to hand their
-bodies over, then fails with its own typed error (``coordinator.egress.errors``: a ``HostError`` subclass, so the script sees a ``transport`` map with ``transient: true`` and the provider retry
+bodies over, then fails with its own typed error (``coordinator.egress.errors``: a ``HostError``
+subclass, so the script sees a ``transport`` map with ``transient: true`` and the provider retry
 layer treats it like any passing capacity problem). A body that can never fit (bigger than the whole
 budget) fails at once. A declared ``Content-Length`` is reserved in one piece before reading, so two
 big answers do not each get half-way and then starve each other.

@@ -3,7 +3,7 @@
     RhaipoolError (proto.errors)
     ├── EgressDenied           the policy refuses this request; nothing was sent
     └── HostError              a host function failed; ``.value`` is the map thrown into the script
-        └── EgressCapacityError               no room for this request or body (``budgets.py``)  .limit .tenant
+        └── EgressCapacityError               no room for this request or body (``budgets.py``) .limit .tenant
             ├── EgressBudgetExhausted         a coordinator-wide budget is full
             │   ├── ResponseBudgetExhausted   response bytes being read
             │   └── StreamBudgetExhausted     stream bytes not yet handed over

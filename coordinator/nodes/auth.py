@@ -157,7 +157,8 @@ def curve_server(
 
 
 def curve_client(socket: zmq.Socket[bytes], secret_key_file: Path, server_key_file: Path) -> None:
-    """Make ``socket`` a CURVE client with a node's key that only talks to the server key given (before connect)."""
+    """Make ``socket`` a CURVE client with a node's key that only talks to the server key
+    given (before connect)."""
     public, secret = _key_pair(secret_key_file)
     socket.curve_publickey = public
     socket.curve_secretkey = secret

@@ -81,7 +81,8 @@ def _check_secret_key(path: Path) -> None:
 
 
 def parse_nodes_config(data: dict[str, Any], base: Path, check_files: bool = True) -> NodesConfig | None:
-    """The ``[nodes]`` table of parsed TOML (None when absent: no remote nodes); paths relative to ``base``."""
+    """The ``[nodes]`` table of parsed TOML (None when absent: no remote nodes);
+    paths relative to ``base``."""
     table = data.get("nodes")
     if table is None:
         return None

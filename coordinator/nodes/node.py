@@ -82,7 +82,8 @@ class NodeSettings:
     workers: int = field(default_factory=lambda: max(1, len(os.sched_getaffinity(0))))
     name: str = field(default_factory=socket.gethostname)
     group: str = ""
-    """Node group: a tenant's dedicated workers may be pinned to one (``PoolConfig.dedicated_node_groups``)."""
+    """Node group: a tenant's dedicated workers may be pinned to one
+    (``PoolConfig.dedicated_node_groups``)."""
     backoff_max: float = 5.0
     """Longest pause between two attempts to join."""
     welcome_timeout: float = 5.0

@@ -7,9 +7,10 @@
 
 One module per job: ``config`` (tables, paths, discovery), ``metadata`` (directives), ``request``
 (§3.6), ``response``/``parts`` (§3.7–§3.10), ``failures`` (§3.16), ``retry`` (§3.17), ``ratelimit``
-(§3.18), ``loader`` (§3.1/§3.4 load sequence and cache), ``errors`` (every exception of the package), ``host`` (brokered host functions),
-``executor`` (the pool boundary), ``runtime`` (entry points), ``cli``/``present``/``session``/``demo``
-(the command line), ``standin`` (a local OpenAI-compatible API for demos, benchmarks and tests).
+(§3.18), ``loader`` (§3.1/§3.4 load sequence and cache), ``errors`` (every exception of the package),
+``host`` (brokered host functions), ``executor`` (the pool boundary), ``runtime`` (entry points),
+``cli``/``present``/``session``/``demo`` (the command line), ``standin`` (a local OpenAI-compatible API
+for demos, benchmarks and tests).
 """
 
 from __future__ import annotations

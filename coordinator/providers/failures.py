@@ -75,7 +75,8 @@ REASON_REMEDIES: dict[str, str] = {
     "([model_providers.NAME.rate_limit]) or raise the account's limits",
 }
 
-#: Longest wait a script provider's 429 ``retry_after`` may ask for (seconds); the reference always waits 15 s.
+#: Longest wait a script provider's 429 ``retry_after`` may ask for (seconds);
+#: the reference always waits 15 s.
 MAX_RETRY_AFTER_SECS = 60
 
 _CREDIT_PHRASES = (

@@ -95,7 +95,8 @@ class ProviderHost:
             raise _not_found(name, args)
 
     async def _on_error(self, err: HostError) -> HostCallError:
-        """Log it with its failure_kind; on 429 with a rate limit configured, sleep before the script sees it."""
+        """Log it with its failure_kind; on 429 with a rate limit configured,
+        sleep before the script sees it."""
         log.info(
             "provider %s (tenant %s): host request failed: %s",
             self.policy.provider,

@@ -239,7 +239,7 @@ class ProviderLoader:
     async def _load(self, name: str, path: Path, mtime: int, key: Any, tenant: str) -> LoadedProvider:
         """Read, parse metadata, compile, check entry points, run ``initialize`` offline."""
         try:
-            source = path.read_text(encoding="utf-8")
+            source = await asyncio.to_thread(path.read_text, encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ProviderLoadError(f"read provider script {path}: {exc}") from exc
         metadata = parse_metadata(source)

@@ -131,7 +131,7 @@ def _directives(source: str) -> list[tuple[str, str]]:
         text = text[2:].strip(_WS)
         if not text.startswith("@"):
             continue
-        key, value = (_WS_SPLIT.split(text[1:], maxsplit=1) + [""])[:2]
+        key, value = [*_WS_SPLIT.split(text[1:], maxsplit=1), ""][:2]
         out.append((key, value.strip(_WS)))
     return out
 

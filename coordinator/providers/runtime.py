@@ -244,7 +244,8 @@ class ProviderRuntime:
             await limits[0].acquire()
         with self._serving(self._host(provider, timeout, limits[1] if limits else None, tenant)) as host:
             value = await self.executor.call(
-                provider.handle, "inference", [provider.state, request], host=host, timeout=budget, tenant=tenant,
+                provider.handle, "inference", [provider.state, request], host=host, timeout=budget,
+                tenant=tenant,
             )  # fmt: skip
         response = parse_response(value, list(provider.metadata.mime_types))
         if limits is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -81,10 +82,11 @@ class ProviderValidation:
 
 
 async def validate_provider(path: Path, pool: Any, *, tenant: str = DEFAULT_TENANT) -> ProviderValidation:
-    """Compile in a sandboxed worker (as ``tenant``) and check ``initialize``/``inference``; no ``initialize`` run."""
+    """Compile in a sandboxed worker (as ``tenant``) and check ``initialize``/``inference``;
+    no ``initialize`` run."""
     name = path.stem
     try:
-        source = path.read_text(encoding="utf-8")
+        source = await asyncio.to_thread(path.read_text, encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return ProviderValidation(False, f"read provider script {path}: {exc}", [], {})
     metadata = parse_metadata(source).to_dict()

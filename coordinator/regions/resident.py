@@ -40,17 +40,17 @@ def entry_delta(old: Sequence[Any], new: Sequence[Any]) -> tuple[list[int], int]
         return [], n_old  # appends only: the common case, checked at C speed
     where = {id(item): k for k, item in enumerate(old)}
     drop: list[int] = []
-    expect = j = 0
-    for j, item in enumerate(new):  # j: where the appended tail starts, after the loop
+    expect = 0
+    tail = len(new)  # where the appended tail starts: at the first item not kept in order from old
+    for j, item in enumerate(new):
         k = where.get(id(item), -1)
         if k < expect:
+            tail = j
             break
         drop.extend(range(expect, k))
         expect = k + 1
-    else:
-        j = len(new)
     drop.extend(range(expect, n_old))
-    return drop, j
+    return drop, tail
 
 
 class ResidentEntries:

@@ -33,7 +33,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ),
         (
             "CREATE TABLE regions (tenant TEXT NOT NULL, name TEXT NOT NULL, script TEXT NOT NULL,"
-            " budget INTEGER NOT NULL, options TEXT NOT NULL, entries TEXT NOT NULL, version INTEGER NOT NULL,"
+            " budget INTEGER NOT NULL, options TEXT NOT NULL, entries TEXT NOT NULL,"
+            " version INTEGER NOT NULL,"
             " PRIMARY KEY (tenant, name))"
         ),
         (

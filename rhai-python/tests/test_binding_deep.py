@@ -23,7 +23,8 @@ COMMON = {"max_call_levels": 64, "max_expr_depth": 128, "max_function_expr_depth
 ATTACKS = {
     "closure_chain": "let f = || 0; for i in 0..n { let g = f; f = || g.call() + 1; } 0",
     "closure_chain_unrolled": (
-        "let f = || 0; for i in 0..n { let a = f; let b = || a; let c = || b; let d = || c; let e = || d; f = || e; } 0"
+        "let f = || 0; for i in 0..n {"
+        " let a = f; let b = || a; let c = || b; let d = || c; let e = || d; f = || e; } 0"
     ),
     "closure_chain_returned": "let f = || 0; for i in 0..n { let g = f; f = || g; } f",
     "curry_chain": "let f = |a, b| a; for i in 0..n { f = (|x, y| x).curry(f); } 0",

@@ -233,7 +233,7 @@ CTX_STEPS = [
     W("tainted", 2, tainted=True),
     W("ütf8 ✓", 3),
 ]
-S("ctx_render_shape", CTX_RENDER.replace("    out\n}", '    out.join("\\n")\n}'), CTX_STEPS + [R])
+S("ctx_render_shape", CTX_RENDER.replace("    out\n}", '    out.join("\\n")\n}'), [*CTX_STEPS, R])
 S(
     "ctx_render_meta_override",
     "fn render(ctx) { `${ctx.stage_name}|${ctx.stage_iterations}|${ctx.model}|${ctx.window.total_tokens}|${ctx.window.max_tokens}` }\n",

@@ -28,8 +28,8 @@ def test_all_is_sorted_and_complete() -> None:
 
 
 def test_structured_fields_and_messages() -> None:
-    err = ScriptError("boom", rhai_class="ScriptThrow", line=3, column=4, value={"k": 1}, call_id=9, tenant="t",
-                      script="s.rhai", sha="ab", worker_id="w1")  # fmt: skip
+    err = ScriptError("boom", rhai_class="ScriptThrow", line=3, column=4, value={"k": 1}, call_id=9,
+                      tenant="t", script="s.rhai", sha="ab", worker_id="w1")  # fmt: skip
     assert isinstance(err, CallFailed) and str(err) == "s.rhai: boom"
     assert (err.call_id, err.tenant, err.sha, err.worker_id, err.cause, err.value) == (
         9,

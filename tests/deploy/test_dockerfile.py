@@ -168,7 +168,8 @@ def test_build_steps_run_as_a_script_and_the_result_installs_offline(tmp_path: P
     assert keys.returncode == 0, keys.stderr
     assert (tmp_path / "keys" / "node1.key_secret").exists()
     where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import coordinator, rhai; print(coordinator.__file__, rhai.__file__)"],
+        [str(venv / "bin" / "python"), "-c",
+         "import coordinator, rhai; print(coordinator.__file__, rhai.__file__)"],
         capture_output=True, text=True, check=True, cwd=tmp_path,
     ).stdout  # fmt: skip
     assert str(ROOT) not in where and str(venv) in where, "the image's venv must not use the checkout"

@@ -69,7 +69,8 @@ def check_outcome(hostile: Hostile, outcome: Any) -> None:
 
 
 def strings_in(value: Any) -> list[str]:
-    """Every string (keys included) inside ``value``, walked without recursion: values may nest 10 000 deep."""
+    """Every string (keys included) inside ``value``, walked without recursion:
+    values may nest 10 000 deep."""
     found, todo = [], [value]
     while todo:
         item = todo.pop()

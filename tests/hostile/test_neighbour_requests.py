@@ -32,7 +32,10 @@ fn inference(state, request) {
 """
 BOMB = """
 fn render(ctx) { 0 }
-fn bomb() { let m = #{}; let s = "y"; while s.len < 500000 { s += s; } let i = 0; loop { m[s + i.to_string()] = i; i += 1; } }
+fn bomb() {
+    let m = #{}; let s = "y"; while s.len < 500000 { s += s; }
+    let i = 0; loop { m[s + i.to_string()] = i; i += 1; }
+}
 """
 QUIET_CALLS = 6
 

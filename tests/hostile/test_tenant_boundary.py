@@ -15,7 +15,10 @@ from coordinator.errors import LimitExceeded, Quarantined
 
 KILLER = """
 fn render(ctx) { 0 }
-fn bomb() { let m = #{}; let s = "y"; while s.len < 500000 { s += s; } let i = 0; loop { m[s + i.to_string()] = i; i += 1; } }
+fn bomb() {
+    let m = #{}; let s = "y"; while s.len < 500000 { s += s; }
+    let i = 0; loop { m[s + i.to_string()] = i; i += 1; }
+}
 """
 """A region script (its calls run inline, so a worker thrashing on memory is not mistaken for a hung
 one): the bomb outgrows the worker's address space and the death is blamed on it."""

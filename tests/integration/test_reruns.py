@@ -232,7 +232,7 @@ def test_a_rerun_that_asks_for_a_different_request_fails_without_sending_it() ->
                 pid = await running_pid(pool, "stamped")
                 await until(lambda: host.answered == 2, "the nonce and the post answered")
                 os.kill(pid, signal.SIGKILL)
-                with pytest.raises(ScriptError, match="re-run .* not deterministic.*sent twice"):
+                with pytest.raises(ScriptError, match=r"re-run .* not deterministic.*sent twice"):
                     await task
                 assert api.hits("/ok") == 1 and host.nonce == 2
                 assert host.sent and host.host.journal.diverged is not None

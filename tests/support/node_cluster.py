@@ -54,7 +54,8 @@ def make_keys(
 
 
 class NodeProcess:
-    """``rhaipool node --join ...`` as a child process (optionally inside ``prefix``, e.g. ``ip netns exec``)."""
+    """``rhaipool node --join ...`` as a child process (optionally inside ``prefix``,
+    e.g. ``ip netns exec``)."""
 
     def __init__(
         self, join: str | Sequence[str], keys: Keys, name: str, workers: int = 2, prefix: Sequence[str] = (),

@@ -23,13 +23,17 @@ fn rec(n) { rec(n + 1) }
 fn sleepy(s, v) { sleep(s); v }
 fn fail(m) { throw #{ message: m, transient: true, kind: "api" } }
 fn oops() { let x = 1; x.no_such_method() }
-fn keys_bomb() { let m = #{}; let s = "y"; while s.len < 500000 { s += s; } let i = 0; loop { m[s + i.to_string()] = i; i += 1; } }
+fn keys_bomb() {
+    let m = #{}; let s = "y"; while s.len < 500000 { s += s; }
+    let i = 0; loop { m[s + i.to_string()] = i; i += 1; }
+}
 fn talk() { print("hello"); debug("dbg"); 5 }
 """
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 90.0) -> T:
-    """``asyncio.run`` with a deadline and a trap: anything reaching the loop's exception handler fails the test."""
+    """``asyncio.run`` with a deadline and a trap:
+    anything reaching the loop's exception handler fails the test."""
     errors: list[dict[str, Any]] = []
 
     async def main() -> T:

@@ -153,7 +153,7 @@ def test_map_body_never_leaves_the_worker_and_is_caught_as_rhai_error() -> None:
     run_async(asyncio.wait_for(scenario(), 60))
 
 
-# -- §2.1: the reference sets no variable or function-count limits --------------------------------------------
+# -- §2.1: the reference sets no variable or function-count limits ------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["region", "provider"])
@@ -172,7 +172,7 @@ def test_more_than_ten_thousand_variables_in_scope(engines: Engines, kind: str) 
     assert run(engines, kind, body) == 11_999
 
 
-# -- §3.14: the "openai" hint counts like the reference's `encode_with_special_tokens` ------------------------
+# -- §3.14: the "openai" hint counts like the reference's `encode_with_special_tokens` ----------------------
 
 
 @pytest.mark.parametrize(

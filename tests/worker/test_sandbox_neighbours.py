@@ -169,7 +169,8 @@ def _state(proc: psutil.Process) -> dict[str, Any]:
 
 
 def test_real_worker_probe_blocks_cross_process_access_and_sysv_ipc() -> None:
-    """``python -m worker --probe`` aims each cross-process attempt at the coordinator (no-ops if let through)."""
+    """``python -m worker --probe`` aims each cross-process attempt at the coordinator
+    (no-ops if let through)."""
 
     async def scenario() -> None:
         async with Pool(workers=1, spares=0, probe=True) as pool:
@@ -233,7 +234,8 @@ def test_control_unguarded_worker_does_renice_idle_pin_and_limit(
 
 
 def test_prlimit_reaches_even_a_root_coordinator_without_seccomp(ipc_dir: Path) -> None:
-    """prlimit has no capability-subset check: a worker could set a root coordinator's RLIMIT_CPU and kill it."""
+    """prlimit has no capability-subset check:
+    a worker could set a root coordinator's RLIMIT_CPU and kill it."""
     with subprocess.Popen(["sleep", "60"]) as sleeper:
         try:
             target = psutil.Process(sleeper.pid)

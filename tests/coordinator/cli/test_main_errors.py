@@ -214,13 +214,15 @@ def test_not_found_for_an_escaping_name_says_so(providers: Path) -> None:
 
 
 def test_listed_no_models_with_serves_does_not_suggest_adding_serves(providers: Path) -> None:
-    """§3.13: ``serves`` never becomes rows; when it is set, the note should say that instead of advising it."""
+    """§3.13: ``serves`` never becomes rows; when it is set,
+    the note should say that instead of advising it."""
     result = invoke(models_command, "list", "--provider", "srv", "--config", str(providers))
     assert result.exit_code == 0 and "loaded and listed no models" in result.output
     assert "s-one" in result.output and "can name the models" not in result.output
 
 
 def test_main_group_exposes_the_commands_of_section_4() -> None:
-    """§4 / ARCHITECTURE §8: validate, test, models list, infer and doctor are all reachable from ``rhaipool``."""
+    """§4 / ARCHITECTURE §8: validate, test, models list,
+    infer and doctor are all reachable from ``rhaipool``."""
     for name in ("validate", "test", "models", "infer", "doctor"):
         assert name in main.commands

@@ -1,4 +1,5 @@
-"""Scenarios that can fail: expectations per step, exit codes, directories, unknown keys (issue 14, point 4)."""
+"""Scenarios that can fail: expectations per step, exit codes, directories,
+unknown keys (issue 14, point 4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""validate infers --kind, lists named functions only, checks whole configs; doctor checks -m (issue 14, point 3)."""
+"""validate infers --kind, lists named functions only, checks whole configs;
+doctor checks -m (issue 14, point 3)."""
 
 from __future__ import annotations
 

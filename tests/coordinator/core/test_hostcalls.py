@@ -30,7 +30,9 @@ fn relay(url, on_chunk) {
 }
 fn slow_then_fetch(url) { sleep(0.3); http_get(url) }
 fn relay_fetch(url, on_chunk) {
-    stream_request(url, "{}", #{}, |payload| { on_chunk.call(#{ delta: payload + "+" + http_get("http://in") }); });
+    stream_request(url, "{}", #{}, |payload| {
+        on_chunk.call(#{ delta: payload + "+" + http_get("http://in") });
+    });
     "relayed"
 }
 """

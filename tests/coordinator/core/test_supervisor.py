@@ -91,7 +91,8 @@ def test_recycling_by_memory_growth_fails_nothing() -> None:
         async with Pool(config) as pool:
             grow = await pool.load(
                 # map keys escape Rhai's size accounting: 2000 keys of 5 kB hold ~10 MB
-                'fn grow(n) { let m = #{}; for i in 0..n { let k = `${i}`; k.pad(5000, "x"); m[k] = i; } m.len() }\n'
+                "fn grow(n) { let m = #{}; "
+                'for i in 0..n { let k = `${i}`; k.pad(5000, "x"); m[k] = i; } m.len() }\n'
                 "fn one() { 1 }",
                 name="grow.rhai",
             )

@@ -1,4 +1,5 @@
-"""``rhaipool serve`` with ``[serve] local_workers = 0`` and a ``[nodes]`` table: every call runs on a node."""
+"""``rhaipool serve`` with ``[serve] local_workers = 0`` and a ``[nodes]`` table:
+every call runs on a node."""
 
 from __future__ import annotations
 

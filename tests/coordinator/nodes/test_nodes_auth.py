@@ -73,7 +73,8 @@ async def running_server(keys: Path) -> AsyncIterator[Server]:
 
 
 async def attempt(server: Server, secret_key: Path | None, payload: bytes) -> tuple[int, list[bytes] | None]:
-    """Connect (CURVE with ``secret_key``, or plain when None), send ``payload``; (verdict, what the server got)."""
+    """Connect (CURVE with ``secret_key``, or plain when None), send ``payload``;
+    (verdict, what the server got)."""
     client = server.context.socket(zmq.DEALER)
     monitor = client.get_monitor_socket(zmq.EVENT_ALL)
     try:

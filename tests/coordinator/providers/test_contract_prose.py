@@ -130,7 +130,8 @@ def test_collapse_writes_floats_like_serde_json(harness: Harness) -> None:
     harness.write(
         "p",
         INIT + 'fn inference(state, request) { #{tool_calls: [#{id: "c", name: "f", arguments: '
-        'parse_json("{\\"x\\":1e-7,\\"y\\":1e21,\\"z\\":0.00001,\\"w\\":1e16,\\"v\\":1.5,\\"u\\":-2.5e-300}")}]} }',
+        'parse_json("{\\"x\\":1e-7,\\"y\\":1e21,\\"z\\":0.00001,\\"w\\":1e16,'
+        '\\"v\\":1.5,\\"u\\":-2.5e-300}")}]} }',
     )
 
     async def body(rt: ProviderRuntime) -> list[StreamChunk | ProviderError]:

@@ -55,7 +55,8 @@ def test_a_body_over_the_budget_fails_the_call_with_a_transient_error(harness: H
     harness.data["limits"] = {"inference_retry_attempts": 1}
     harness.write(
         "p",
-        "fn initialize(config) { config }\nfn inference(state, request) { #{content: http_get(state.base_url)} }\n",
+        "fn initialize(config) { config }\n"
+        "fn inference(state, request) { #{content: http_get(state.base_url)} }\n",
     )
 
     async def body(rt: ProviderRuntime) -> tuple[ProviderError, dict[str, int]]:

@@ -23,7 +23,8 @@ def test_a_script_sees_unit_for_credential_shaped_variables(
         "p",
         "fn initialize(config) { config }\n"
         "fn inference(state, request) {\n"
-        '  let seen = [env_var("RP_TEST_DB_PASS"), env_var("RP_TEST_BROKER_URL"), env_var("RP_TEST_DOCS_URL")];\n'
+        '  let seen = [env_var("RP_TEST_DB_PASS"), env_var("RP_TEST_BROKER_URL"),'
+        ' env_var("RP_TEST_DOCS_URL")];\n'
         '  let out = ""; for v in seen { out += if v == () { "()|" } else { v + "|" }; }\n'
         "  #{content: out}\n"
         "}\n",

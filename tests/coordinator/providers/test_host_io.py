@@ -1,4 +1,5 @@
-"""Audit of the I/O prose of SPEC §3.15–§3.17 beyond the numbered cases: real server, real pool, real sockets."""
+"""Audit of the I/O prose of SPEC §3.15–§3.17 beyond the numbered cases: real server,
+real pool, real sockets."""
 
 from __future__ import annotations
 

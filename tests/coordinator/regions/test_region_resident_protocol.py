@@ -41,7 +41,7 @@ def deliver(call: ResidentCall, worker: str, store: ResidentStore, tenant: str) 
 def edit(rng: random.Random, entries: list[Any], step: int) -> list[Any]:
     roll = rng.random()
     if roll < 0.5:
-        return entries + [{"content": f"e{step}", "n": rng.choice([1, 1.0, True, step])}]
+        return [*entries, {"content": f"e{step}", "n": rng.choice([1, 1.0, True, step])}]
     if roll < 0.65 and entries:
         return entries[rng.randint(1, len(entries)) :]
     if roll < 0.8 and entries:

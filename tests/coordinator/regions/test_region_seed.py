@@ -108,7 +108,8 @@ def test_seed_brain_evicts_successes_before_errors(pooled: Pooled) -> None:
 
 
 def test_seed_brain_shortfall_made_up_oldest_first(pooled: Pooled) -> None:
-    """ "oldest-first eviction covers any shortfall": after the successes, the oldest error goes, and no more."""
+    """ "oldest-first eviction covers any shortfall": after the successes,
+    the oldest error goes, and no more."""
     region = pooled.region(SEED_BRAIN)
     for content in ("ERROR one", "ok two", "ERROR three", "ERROR four"):
         pooled.run(region.write(content, 20))
@@ -183,7 +184,8 @@ def test_sliding_window_recreated_with_typed_messages_is_exact(pooled: Pooled) -
 
 
 def test_keyed_writes_are_not_upserted(pooled: Pooled) -> None:
-    """ "hashmap: not recreatable. Keyed upsert is built-in only": a second write with the same key appends."""
+    """ "hashmap: not recreatable. Keyed upsert is built-in only":
+    a second write with the same key appends."""
     region = pooled.region('fn render(ctx) { ctx.entries.map(|e| `${e.key}=${e.content}`).join(";") }')
     pooled.run(region.write("v1", 2, key="k"))
     pooled.run(region.write("v2", 2, key="k"))
@@ -191,7 +193,8 @@ def test_keyed_writes_are_not_upserted(pooled: Pooled) -> None:
 
 
 def test_pinned_recreated_with_persistent_join(pooled: Pooled) -> None:
-    """ "pinned: persistent = true with a render that joins entries": same text and cache hint, never evicted."""
+    """ "pinned: persistent = true with a render that joins entries":
+    same text and cache hint, never evicted."""
     source = 'fn render(ctx) { ctx.entries.map(|e| e.content).join("\\n\\n") }'
     custom = pooled.region(source, name="system", persistent=True)
     builtin = BuiltinRegion("system", "pinned", [Entry("rule one", 30), Entry("rule two", 30)])
@@ -235,7 +238,8 @@ def test_entries_split_from_their_turn_never_reach_the_provider_unpaired(pooled:
 
 
 def test_on_overflow_mutating_ctx_changes_nothing_but_its_answer(pooled: Pooled) -> None:
-    """ "mutating ctx does nothing": clearing ctx.entries inside on_overflow neither drops nor hides entries."""
+    """ "mutating ctx does nothing":
+    clearing ctx.entries inside on_overflow neither drops nor hides entries."""
     source = 'fn render(ctx) { ctx.entries.map(|e| e.content).join(",") }\n'
     region = pooled.region(source + "fn on_overflow(ctx) { ctx.entries.clear(); ctx.needed_tokens = 0; [1] }")
     for content in ("a", "b", "c"):
@@ -250,7 +254,8 @@ def test_render_sees_the_seeds_ctx_for_a_live_inference(pooled: Pooled) -> None:
     source = """fn render(ctx) {
         let r = ctx.region; let e = ctx.entries[0];
         `${r.name}|${r.budget}|${r.current_tokens}|${r.entry_count}|${e.key == ()}|${e.tokens}|`
-        + `${ctx.stage_name}|${ctx.stage_iterations}|${ctx.model}|${ctx.window.total_tokens}|${ctx.window.max_tokens}`
+        + `${ctx.stage_name}|${ctx.stage_iterations}|${ctx.model}|`
+        + `${ctx.window.total_tokens}|${ctx.window.max_tokens}`
     }"""
     region = pooled.region(source, budget=80_000)
     for _ in range(7):
