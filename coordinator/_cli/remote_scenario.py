@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from coordinator._cli.errors import RemoteLoadError
 from coordinator._cli.scenario import ExpectationFailure, Scenario, ScenarioResult, check_step, render_text
 from coordinator.client import AsyncClient, ServiceError
 from coordinator.regions.assembly import AssembledRequest, RegionOutput, assemble
@@ -24,10 +25,6 @@ __all__ = ["RemoteLoadError", "run_remote_scenario"]
 
 _ENTRY_FIELDS: Final = ("kind", "key", "tool_calls", "tool_call_id", "tool_name", "is_error", "tainted")
 _META_FIELDS: Final[tuple[str, ...]] = ("stage_name", "stage_iterations", "model")
-
-
-class RemoteLoadError(Exception):
-    """The scenario's script could not be read, stored or opened as a region on the service."""
 
 
 @dataclass(frozen=True, slots=True)
