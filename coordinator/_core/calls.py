@@ -151,7 +151,7 @@ class CallStream:
         self._wakeup = asyncio.Event()
         self._outcome: CallResult | BaseException | None = None
         self._held = _Held(budget)
-        weakref.finalize(self, self._held.drop)
+        weakref.finalize(self, self._held.drop).atexit = False  # at exit the pool is gone: nothing to return
         self.largest = 0
         """The largest chunk this stream has buffered, in bytes (the budget's estimate of the next)."""
         self.credit: Callable[[int], None] = lambda n: None
