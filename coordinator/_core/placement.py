@@ -105,7 +105,9 @@ class Placements:
             else:
                 if worker.threaded >= worker.process.capacity:
                     continue
-                score = (key not in worker.scripts, worker.threaded, len(worker.inline))
+                # A worker whose loop thread runs an inline call receives nothing until that call ends
+                # (up to a hook's deadline): a free loop beats a warm AST, which saves only a compile.
+                score = (bool(worker.inline), key not in worker.scripts, worker.threaded, len(worker.inline))
             if best_score is None or score < best_score:
                 best, best_score = worker, score
         return best
