@@ -16,6 +16,9 @@ keeps serving the socket (leader/follower without the hand-over: its replies nee
 no thread wake-up, ~0.3 ms of an idle provider call); the others run on script
 threads.  The loop heartbeats and checks that its parent is alive every
 ``heartbeat`` seconds (at most 100 ms apart), also while an inline call waits.
+
+Just past 400 lines: receiving, the inline/threaded hand-off and the heartbeat share the one socket
+and its lock, and the order of those steps is the protocol's.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ A call is finished exactly once, by ``Call.finish``; later outcomes are ignored
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from coordinator.errors import CallFailed, Cancelled
-from proto import Kind, Op
+from proto import Chunk, Kind, Op
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from coordinator._core.handles import ScriptHandle
     from coordinator._core.streambudget import StreamBudget, StreamFlow
     from coordinator._core.workers import Placement
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "MIN_ATTEMPT_TIME",
@@ -33,6 +36,7 @@ __all__ = [
     "CallStream",
     "HostHandler",
     "InvalidChunk",
+    "Observers",
     "Resident",
 ]
 
@@ -307,6 +311,12 @@ class Call:
             result, error,
         )  # fmt: skip
 
+    def top_up(self) -> None:
+        """Its streaming caller took chunks: let the worker send more, as the pool's stream budget allows."""
+        attempt = self.attempt
+        if attempt is not None and attempt.flow is not None and attempt.wire_id in attempt.worker.attempts:
+            attempt.flow.top_up()
+
     def finish(self, outcome: CallResult | CallFailed | BaseException) -> bool:
         """Resolve the call; ``False`` if it already had an outcome."""
         if self.future.done():
@@ -318,6 +328,21 @@ class Call:
         if self.stream is not None:
             self.stream.close(outcome)
         return True
+
+
+class Observers(list["Callable[[CallEnded], None]"]):
+    """``Pool.observe``'s observers: told of every call's end; they must be quick and must not raise."""
+
+    def tell(self, call: Call) -> None:
+        """Tell each observer ``call`` ended; one that raises is logged, never allowed to break a call."""
+        if not self:
+            return
+        ended = call.ended()
+        for observer in self:
+            try:
+                observer(ended)
+            except Exception:  # an observer's bug must not leak into the call path
+                log.exception("call observer %r failed", observer)
 
 
 @dataclass(eq=False, slots=True)
@@ -342,6 +367,20 @@ class Attempt:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+
+    def accept_chunk(self, message: Chunk, size: Callable[[Any], int]) -> str | None:
+        """Hand a CHUNK to the caller's stream; the violation, if it is out of order or beyond credit."""
+        flow, stream = self.flow, self.call.stream
+        if flow is None or stream is None or message.seq != self.next_chunk or message.seq >= flow.granted:
+            return f"CHUNK {message.seq} out of order or beyond the window"
+        self.next_chunk += 1
+        self.call.chunks += 1
+        if message.error is None:
+            stream.push(message.value, size(message.value))
+        else:
+            stream.push(InvalidChunk(message.error), size(message.error))
+        flow.arrived_chunk()
+        return None
 
     def abandon(self) -> None:
         """Stop everything this attempt started on the coordinator side."""

@@ -29,7 +29,7 @@ from typing import Any
 
 from coordinator._core import outcomes
 from coordinator._core.admission import Admission
-from coordinator._core.calls import Attempt, Call, CallEnded, InvalidChunk
+from coordinator._core.calls import Attempt, Call, Observers
 from coordinator._core.config import PoolConfig
 from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
@@ -85,8 +85,7 @@ class Dispatcher(Events):
         self.settled = Changes()
         """Notified each time a call leaves ``inflight`` (``Pool.aclose`` drains on it)."""
         self.ok = self.failed = self.retries = self.dropped = self.protocol_errors = 0
-        self.observers: list[Callable[[CallEnded], None]] = []
-        """Told of every call's end (``Pool.observe``); they must be quick and must not raise."""
+        self.observers = Observers()
 
     # -- submission ----------------------------------------------------------
     def submit(self, call: Call) -> None:
@@ -97,14 +96,14 @@ class Dispatcher(Events):
             return
         if refused := self._admission.refuse(call, now, self.placements.per_tenant[call.tenant]):
             call.finish(refused)  # quarantined, or over one of its tenant's quotas
-            self._tell(call)
+            self.observers.tell(call)
             return
         if len(self._queue) >= self._config.queue_size:
             full = f"queue full ({self._config.queue_size} calls waiting)"
             victim = self._queue.push_out_for(call.tenant)
             if victim is None:
                 call.finish(Overloaded(f"{full}; tenant {call.tenant!r} holds the most"))
-                self._tell(call)
+                self.observers.tell(call)
                 return
             victim.finish(Overloaded(f"{full}; pushed out: tenant {victim.tenant!r} holds the most"))
         call.enqueued_at = now
@@ -123,23 +122,12 @@ class Dispatcher(Events):
             self.failed += 1
         else:
             self.ok += 1
-        self._tell(call)
+        self.observers.tell(call)
         attempt = call.attempt
         # The caller gave up (its task was cancelled): stop a threaded attempt on the worker too.  An
         # inline attempt keeps its place (it is running or queued at the worker); its answer is dropped.
         if attempt is not None and not call.inline and attempt.wire_id in attempt.worker.attempts:
             self._forget(attempt, cancel=True)
-
-    def _tell(self, call: Call) -> None:
-        """Tell the observers a call ended; one that raises is logged, never allowed to break a call."""
-        if not self.observers:
-            return
-        ended = call.ended()
-        for observer in self.observers:
-            try:
-                observer(ended)
-            except Exception:  # an observer's bug must not leak into the call path
-                log.exception("call observer %r failed", observer)
 
     def _place(self, call: Call) -> bool:
         """Send ``call`` to the best worker still alive; ``False`` if none can take it now."""
@@ -224,11 +212,9 @@ class Dispatcher(Events):
         worker, call = attempt.worker, attempt.call
         if attempt.wire_id not in worker.attempts:
             return
-        if call.inline:
-            if self.supervisor.is_stopped(worker.process):
-                self._kill(worker, KillReason.FROZEN, None)
-            else:
-                self._kill(worker, KillReason.DEADLINE, attempt)
+        if call.inline:  # a SIGSTOPped worker is not the call's fault
+            frozen = self.supervisor.is_stopped(worker.process)
+            self._kill(worker, *((KillReason.FROZEN, None) if frozen else (KillReason.DEADLINE, attempt)))
             return
         self._forget(attempt, cancel=True)
         call.finish(outcomes.timeout_error(call, worker))
@@ -330,26 +316,8 @@ class Dispatcher(Events):
         attempt = worker.attempts.get(message.id)
         if attempt is None:
             self._drop(worker, message)
-            return
-        call = attempt.call
-        flow = attempt.flow
-        granted = 0 if flow is None else flow.granted
-        if flow is None or call.stream is None or message.seq != attempt.next_chunk or message.seq >= granted:
-            self.violation(worker.process, attempt, f"CHUNK {message.seq} out of order or beyond the window")
-            return
-        attempt.next_chunk += 1
-        call.chunks += 1
-        if message.error is None:
-            call.stream.push(message.value, chunk_bytes(message.value))
-        else:
-            call.stream.push(InvalidChunk(message.error), chunk_bytes(message.error))
-        flow.arrived_chunk()
-
-    def credit(self, call: Call, n: int) -> None:
-        """A streaming caller took ``n`` chunks: let the worker send more, as the budget allows."""
-        attempt = call.attempt
-        if attempt is not None and attempt.flow is not None and attempt.wire_id in attempt.worker.attempts:
-            attempt.flow.top_up()
+        elif (wrong := attempt.accept_chunk(message, chunk_bytes)) is not None:
+            self.violation(worker.process, attempt, wrong)
 
     # -- Events: what the supervisor tells and asks ----------------------------------------------
     def idle(self, worker: WorkerProcess) -> bool:
@@ -411,11 +379,7 @@ class Dispatcher(Events):
         for call in [c for c in self._queue if c.time_left(now) <= 0]:
             self._queue.pop(call)  # a re-run still waiting for a worker when its timeout ran out
             call.finish(outcomes.out_of_time(call, None))
-        grace = self._config.deadlines.kill_grace
-        for worker in self.placements:
-            for wire, since in list(worker.zombies.items()):
-                if now - since > grace + 60.0:
-                    del worker.zombies[wire]  # long forgotten: stop expecting a reply
+        self.placements.expire_zombies(now - self._config.deadlines.kill_grace - 60.0)
         self.placements.refresh()
         self.pump()
 
@@ -427,9 +391,6 @@ class Dispatcher(Events):
         self._queue.clear()
 
     @property
-    def queued(self) -> int:
-        return len(self._queue)
-
-    @property
-    def quarantined(self) -> int:
-        return len(self._quarantine)
+    def counts(self) -> tuple[int, int]:
+        """Calls waiting in the queue, scripts in quarantine (for ``Pool.statistics``)."""
+        return len(self._queue), len(self._quarantine)

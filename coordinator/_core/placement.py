@@ -81,6 +81,12 @@ class Placements:
         if not self.per_tenant[tenant]:
             del self.per_tenant[tenant]
 
+    def expire_zombies(self, before: float) -> None:
+        """Stop expecting replies to attempts given up on before ``before`` (long forgotten)."""
+        for worker in self._by_identity.values():
+            for wire in [w for w, since in worker.zombies.items() if since < before]:
+                del worker.zombies[wire]
+
     def pick(self, call: Call) -> Placement | None:
         """The best ACTIVE worker for ``call`` now, or ``None`` if none has room (or its tenant is capped)."""
         if self._capped(call.tenant):

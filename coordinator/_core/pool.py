@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from coordinator._core import outcomes
-from coordinator._core.calls import Call, CallEnded, CallResult, CallStream, HostHandler, Resident
+from coordinator._core.calls import Call, CallEnded, CallResult, CallStream, HostHandler, Observers, Resident
 from coordinator._core.config import PoolConfig
 from coordinator._core.dispatcher import Dispatcher
 from coordinator._core.fleet import Fleet
@@ -108,7 +108,7 @@ class Pool:
             cache_bytes=c.script_cache_bytes,
         )
         self._tasks: asyncio.TaskGroup | None = None
-        self._observers: list[Callable[[CallEnded], None]] = []
+        self._observers = Observers()
         self._closed = False
         self.endpoint = ""
 
@@ -262,7 +262,7 @@ class Pool:
         iterate the returned stream for chunks, then read ``.value``."""
         stream = CallStream(None if self._tasks is None else self._dispatcher.streams)  # None: refused below
         call = self._new_call(handle, Op.STREAM, function, list(args), timeout, tenant, host, stream)
-        stream.credit = lambda n: self._dispatcher.credit(call, n)
+        stream.credit = lambda n: call.top_up()
         stream.cancel = call.future.cancel
         call.future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
         self._dispatcher.submit(call)
@@ -317,12 +317,13 @@ class Pool:
 
     def statistics(self) -> PoolStatistics:
         d, s = self._dispatcher, self._supervisor
+        queued, quarantined = d.counts
         states: dict[str, int] = {}
         for w in s.workers.values():
             states[w.state.value] = states.get(w.state.value, 0) + 1
         return PoolStatistics(
-            states, d.queued, len(d.inflight), d.ok, d.failed, d.retries, d.dropped,
-            d.protocol_errors, s.spawned, s.exits, dict(s.exit_reasons), d.quarantined,
+            states, queued, len(d.inflight), d.ok, d.failed, d.retries, d.dropped,
+            d.protocol_errors, s.spawned, s.exits, dict(s.exit_reasons), quarantined,
             stream_bytes=d.streams.held, stream_bytes_peak=d.streams.peak,
         )  # fmt: skip
 

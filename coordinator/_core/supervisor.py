@@ -18,6 +18,9 @@ Remote workers (run by a node on another machine, ``coordinator.nodes``) are ``a
 ``RemoteProcess`` in place of the ``Popen``: the node reports their exit (``exited``) and memory, and
 a kill is a message to it.  They are promoted as soon as READY, are not counted in ``workers`` or
 ``spares`` (their node keeps its own number running) and are not recycled here.
+
+Just past 400 lines: a process's whole life (spawn, watch, kill, reap, replace) is one state machine,
+and its transitions read best in one place.
 """
 
 from __future__ import annotations

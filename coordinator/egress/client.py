@@ -12,6 +12,10 @@ same-origin redirects only (at most 5 hops), text-only 2xx bodies, a response si
 quick retries of a unary request whose connection broke, none for streams. Connections are pooled
 (allowed by SPEC §0); pools are keyed by the address policy so a connection opened under one
 provider's ``egress_allow`` is never reused by a provider without it.
+
+Past 400 lines because the address check must sit inside the connection path (resolve, check each
+address, connect) that httpx's transport and httpcore's backend define; the policy itself, bodies,
+budgets and SSE framing live in their own modules.
 """
 
 from __future__ import annotations

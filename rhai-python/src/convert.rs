@@ -1,5 +1,8 @@
 //! Values between Python and Rhai, in one place, with depth and range checks.
 //!
+//! Past 400 lines because both directions walk values iteratively (an explicit work list instead of
+//! recursion, for values of any depth), and the two walks mirror each other best side by side.
+//!
 //! | Python                     | Rhai            |
 //! |----------------------------|-----------------|
 //! | None                       | ()              |
