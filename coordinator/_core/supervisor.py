@@ -44,12 +44,12 @@ from coordinator._core.waiting import Changes
 from coordinator._core.workers import RemoteProcess, WorkerProcess, WorkerState, describe_exit
 from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, KillReason, Ready
 
-__all__ = ["Events", "Supervisor"]
+__all__ = ["WORKER_ENV", "Events", "Supervisor"]
 
 log = logging.getLogger(__name__)
 
 _STDERR_TAIL: Final = 4096
-_WORKER_ENV: Final = {
+WORKER_ENV: Final = {  # the whole environment of a worker (a node starts its own with it too)
     "PATH": "/usr/bin:/bin",
     "LANG": "C.UTF-8",
     "LC_ALL": "C.UTF-8",
@@ -122,7 +122,7 @@ class Supervisor:
         identity = secrets.token_bytes(8)
         try:
             process = subprocess.Popen(
-                self._command(identity), env=dict(_WORKER_ENV), cwd=self._workdir, stdin=subprocess.DEVNULL,
+                self._command(identity), env=dict(WORKER_ENV), cwd=self._workdir, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True,
                 # not in the coordinator's process group: no group signal reaches both
                 start_new_session=True,

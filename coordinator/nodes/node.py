@@ -38,6 +38,7 @@ from typing import Any, Final
 import psutil
 import zmq
 
+from coordinator._core.supervisor import WORKER_ENV  # a node starts its workers as the pool does
 from coordinator.nodes import wire
 from coordinator.nodes.auth import curve_client
 from coordinator.nodes.errors import SessionEnded
@@ -63,15 +64,6 @@ log = logging.getLogger("coordinator.nodes")
 
 _POLL_MS: Final = 50
 _STDERR_TAIL: Final = 4096
-_WORKER_ENV: Final = {
-    "PATH": "/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "MALLOC_ARENA_MAX": "2",
-    # The binding allocates with mimalloc, which reserves 1 GiB of address space at start-up by default:
-    # under the worker's RLIMIT_AS that reservation would crowd out the call stacks of concurrent calls.
-    "MIMALLOC_ARENA_RESERVE": "64MiB",
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -269,7 +261,7 @@ class Node:
             command += [f"--{key}", str(value)]
         try:
             process = subprocess.Popen(
-                command, env=dict(_WORKER_ENV), cwd=self._workdir, stdin=subprocess.DEVNULL,
+                command, env=dict(WORKER_ENV), cwd=self._workdir, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True, start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
