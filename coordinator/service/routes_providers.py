@@ -65,15 +65,16 @@ def _target(request: Request) -> tuple[str, str, ProviderRuntime]:
     return tenant, name, service_of(request).runtime(tenant)
 
 
-async def _provider(request: Request, runtime: ProviderRuntime, name: str) -> LoadedProvider:
+async def _provider(request: Request, runtime: ProviderRuntime, name: str, tenant: str) -> LoadedProvider:
+    """The tenant's own loaded copy (its compile and ``initialize`` ran as that tenant), state remembered."""
     try:
-        loaded = await runtime.get(name)
+        loaded = await runtime.get(name, **with_tenant(runtime.get, tenant))
     except ProviderNotFound:
         raise _other(404, f"no provider named '{name}'") from None
     except ProviderLoadError as exc:
         raise _other(422, f"provider '{name}' did not load: {exc}") from None
     note_script(request, name, getattr(loaded.handle, "sha256", None))
-    await service_of(request).remember_provider(require_tenant(request), loaded)
+    await service_of(request).remember_provider(tenant, loaded)
     return loaded
 
 
@@ -88,7 +89,7 @@ async def inference(request: Request) -> Response:
     """One inference with retries, rate limits and the token guard."""
     tenant, name, runtime = _target(request)
     body = await _request_body(request)
-    await _provider(request, runtime, name)
+    await _provider(request, runtime, name, tenant)
     try:
         response = await runtime.inference(name, body, **with_tenant(runtime.inference, tenant))
     except RequestError as exc:
@@ -121,7 +122,7 @@ async def stream(request: Request) -> Response:
     """Chunks as Server-Sent Events, as the script produces them (a reader that stops cancels the script)."""
     tenant, name, runtime = _target(request)
     body = await _request_body(request)
-    await _provider(request, runtime, name)
+    await _provider(request, runtime, name, tenant)
     return StreamingResponse(
         _events(runtime, name, body, tenant),
         media_type="text/event-stream",
@@ -134,7 +135,7 @@ async def count_tokens(request: Request) -> Response:
     tenant, name, runtime = _target(request)
     body = await _request_body(request)
     text, model = field(body, "text", str), field(body, "model", str, "")
-    provider = await _provider(request, runtime, name)
+    provider = await _provider(request, runtime, name, tenant)
     tokens = await runtime.count_tokens(provider, text, model, **with_tenant(runtime.count_tokens, tenant))
     return reply({"tokens": tokens})
 
@@ -142,7 +143,7 @@ async def count_tokens(request: Request) -> Response:
 async def list_models(request: Request) -> Response:
     """``{"provider", "models": [...]}``."""
     tenant, name, runtime = _target(request)
-    provider = await _provider(request, runtime, name)
+    provider = await _provider(request, runtime, name, tenant)
     try:
         rows = await runtime.list_models(provider, **with_tenant(runtime.list_models, tenant))
     except ProviderError as exc:

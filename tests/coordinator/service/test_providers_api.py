@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from service_support import TOKENS, ServiceProcess
 
 from coordinator._cli.demo import GROQ_SCRIPT
@@ -119,3 +120,18 @@ def test_calls_are_logged_as_json_lines_with_tenant_script_and_hash(
     last = calls[-1]
     assert last["tenant"] == "acme" and last["script"] == "groq" and len(last["sha256"]) == 64
     assert last["status"] == 200 and last["duration_ms"] > 0
+
+
+def test_every_provider_call_runs_as_the_calling_tenant(service: ServiceProcess, acme: object) -> None:
+    """The provider's load and ``initialize`` too: none of them falls back to the default tenant."""
+    acme.inference("groq", PONG)
+    acme.count_tokens("groq", "hello", "standin-small")
+    acme.list_models("groq")
+    text = httpx.get(service.url + "/metrics", timeout=10).text
+    tenants = {
+        s.labels["tenant"]
+        for family in text_string_to_metric_families(text)
+        if family.name == "rhaipool_queue_wait_seconds"
+        for s in family.samples
+    }
+    assert "acme" in tenants and "default" not in tenants
