@@ -1,36 +1,7 @@
-"""Fixtures: one real service per module (its workers outlive single tests by design)."""
+"""Fixtures: one real service per module (``tests/support/service_fixtures.py``)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
+from service_fixtures import no_stray_children, service, standin
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
-
-from service_support import ServiceProcess, free_port, write_config
-
-from coordinator.bench.standin import StandinServer
-
-
-@pytest.fixture(autouse=True)
-def no_stray_children() -> Iterator[None]:
-    """Overrides the pool suites' per-test check: ``ServiceProcess.stop`` checks the workers instead."""
-    yield
-
-
-@pytest.fixture(scope="module")
-def standin() -> Iterator[StandinServer]:
-    with StandinServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, standin: StandinServer) -> Iterator[ServiceProcess]:
-    folder = tmp_path_factory.mktemp("service")
-    port = free_port()
-    running = ServiceProcess.start(write_config(folder, port=port, standin=standin.base_url), port)
-    yield running
-    assert running.stop() == 0
+__all__ = ["no_stray_children", "service", "standin"]
