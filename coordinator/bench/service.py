@@ -2,13 +2,17 @@
 
 Same run, same machine, same worker count: (a) the library (``open_region(...).render`` and
 ``ProviderRuntime.inference`` on a ``Pool``), (b) the service over HTTP on 127.0.0.1 (``POST
-/api/regions/{name}/render`` and ``POST /api/providers/{name}/inference``) driven by an
-``httpx.AsyncClient``. Each is measured one call at a time (added p50 latency) and with N concurrent
-clients (p50 and throughput). Run with::
+/api/regions/{name}/render`` and ``POST /api/providers/{name}/inference``), driven by two load
+generators in turn: ``httpx.AsyncClient`` (what a Python user runs; ~0.3–0.6 ms of client CPU per
+request) and a raw-socket keep-alive HTTP/1.1 client (next to no client CPU, so the service's own cost
+shows). Each is measured one call at a time (added p50 latency) and with N concurrent clients (p50 and
+throughput). Run with::
 
     rhaipool bench service [--concurrency 64] [--calls 4000] [--workers 2] [--json]
 
-The load generator shares the machine with the service: on a small box its CPU is part of the figure.
+The load generator shares the machine with the service, so latency on a small busy box carries its
+CPU; the steadier figure is CPU per call: the service process's own (read from the kernel per thread,
+its workers apart) against the in-process coordinator's, whose difference is the CPU the service adds.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import secrets
 import signal
 import socket
@@ -24,36 +29,72 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
-__all__ = ["Side", "main"]
+__all__ = ["RawHttp", "Side", "main"]
 
 HOOK = 'fn render(ctx) { "ok" }'
 MOCK = 'fn initialize(config) { #{} }\nfn inference(state, request) { #{ content: "ok" } }'
 REQUEST = {"model": "mock", "messages": [{"role": "user", "content": "hi"}]}
+LOADERS = ("httpx", "raw")
 
 Call = Callable[[], Awaitable[Any]]
+CpuReader = Callable[[], tuple[float, float]]
+"""CPU seconds so far of (the process answering calls, its worker processes)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Side:
-    """One side's figures for one operation."""
+    """One side's figures for one operation (CPU per call over the concurrent phase)."""
 
     sequential_p50_ms: float
     concurrent_p50_ms: float
     throughput: float
+    cpu_ms_per_call: float
+    workers_cpu_ms_per_call: float
 
 
 def _p50(values: list[float]) -> float:
     return sorted(values)[len(values) // 2] * 1000
 
 
-async def _measure(call: Call, calls: int, concurrency: int) -> Side:
+def _thread_cpu(pid: int) -> float:
+    """CPU seconds of every thread of ``pid`` (``schedstat``: nanoseconds, not 10 ms ticks)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def cpu_reader(pid: int) -> CpuReader:
+    """Reads ``pid``'s CPU and its descendants' (the pool's workers) separately."""
+
+    def read() -> tuple[float, float]:
+        try:
+            children = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            children = []
+        return _thread_cpu(pid), sum(_thread_cpu(c.pid) for c in children)
+
+    return read
+
+
+async def _measure(call: Call, calls: int, concurrency: int, cpu: CpuReader) -> Side:
     for _ in range(50):  # warm caches, connections and workers
         await call()
     sequential = []
@@ -71,10 +112,19 @@ async def _measure(call: Call, calls: int, concurrency: int) -> Side:
             await call()
             latencies.append(time.perf_counter() - begun)
 
+    own0, workers0 = cpu()
     begun = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
     elapsed = time.perf_counter() - begun
-    return Side(_p50(sequential), _p50(latencies), calls / elapsed)
+    own1, workers1 = cpu()
+    per_call = 1000 / calls
+    return Side(
+        _p50(sequential),
+        _p50(latencies),
+        calls / elapsed,
+        (own1 - own0) * per_call,
+        (workers1 - workers0) * per_call,
+    )
 
 
 async def _in_process(workers: int, calls: int, concurrency: int) -> dict[str, Side]:
@@ -84,6 +134,7 @@ async def _in_process(workers: int, calls: int, concurrency: int) -> dict[str, S
     from coordinator.providers.config import parse_config
     from coordinator.regions import open_region
 
+    cpu = cpu_reader(os.getpid())
     with tempfile.TemporaryDirectory(prefix="rhaipool-bench-") as tmp:
         (Path(tmp) / "hook.rhai").write_text(HOOK)
         (Path(tmp) / "mock.rhai").write_text(MOCK)
@@ -91,9 +142,60 @@ async def _in_process(workers: int, calls: int, concurrency: int) -> dict[str, S
             region = await open_region(pool, "bench", "hook.rhai", budget=1000, base_dir=tmp)
             runtime = ProviderRuntime(PoolExecutor(pool), egress, parse_config({"providers_dir": tmp}))
             return {
-                "hook": await _measure(region.render, calls, concurrency),
-                "inference": await _measure(lambda: runtime.inference("mock", REQUEST), calls, concurrency),
+                "hook": await _measure(region.render, calls, concurrency, cpu),
+                "inference": await _measure(
+                    lambda: runtime.inference("mock", REQUEST), calls, concurrency, cpu
+                ),
             }
+
+
+class RawHttp:
+    """A keep-alive HTTP/1.1 client over raw sockets: one connection per concurrent caller, reused.
+
+    It writes a prepared request and reads a ``Content-Length`` reply (the service sends no chunked
+    body on these paths), so its CPU per call is a small fraction of httpx's.
+    """
+
+    def __init__(self, url: str, token: str) -> None:
+        self._host, port = url.split("/")[2].rsplit(":", 1)
+        self._port = int(port)
+        self._auth = f"Authorization: Bearer {token}\r\n".encode()
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    def call(self, method: str, path: str, body: Any) -> Call:
+        """One prepared request, sent on an idle connection (or a new one); raises on a 4xx/5xx."""
+        payload = b"" if body is None else json.dumps(body).encode()
+        kind = b"Content-Type: application/json\r\n" if body is not None else b""
+        request = (
+            b"%s %s HTTP/1.1\r\nHost: %s\r\n%s%sContent-Length: %d\r\n\r\n"
+            % (method.encode(), path.encode(), self._host.encode(), self._auth, kind, len(payload))
+            + payload
+        )
+
+        async def one() -> None:
+            reader, writer = self._idle.pop() if self._idle else await self._connect()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            if status >= 400:
+                raise RuntimeError(f"{method} {path}: HTTP {status}")
+            self._idle.append((reader, writer))
+
+        return one
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(self._host, self._port)
+
+    async def aclose(self) -> None:
+        """Close the idle connections."""
+        for _, writer in self._idle:
+            writer.close()
+        self._idle.clear()
 
 
 def _start_service(folder: Path, workers: int) -> tuple[subprocess.Popen[bytes], str, str]:
@@ -123,60 +225,124 @@ def _start_service(folder: Path, workers: int) -> tuple[subprocess.Popen[bytes],
     raise RuntimeError("rhaipool serve did not become ready")
 
 
-async def _through_service(url: str, token: str, calls: int, concurrency: int) -> dict[str, Side]:
-    """Each operation with a fresh client: idle pooled connections left by one phase cost the next."""
+CALLS_BY_OP: dict[str, tuple[str, str, Any]] = {
+    "hook": ("POST", "/api/regions/bench/render", {}),
+    "inference": ("POST", "/api/providers/mock/inference", REQUEST),
+    "floor": ("GET", "/healthz", None),  # the client's own cost and the bare HTTP hop: no gate, auth or pool
+}
+
+
+@asynccontextmanager
+async def _loader(kind: str, url: str, token: str, concurrency: int) -> AsyncIterator[Callable[..., Call]]:
+    """A fresh load generator (idle pooled connections left by one phase cost the next)."""
+    if kind == "raw":
+        raw = RawHttp(url, token)
+        try:
+            yield raw.call
+        finally:
+            await raw.aclose()
+        return
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=60) as http:
 
-    def client() -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=60)
-
-    async with client() as http:
-        await http.put("/api/scripts/region_hook/hook", json={"content": HOOK})
-        await http.put("/api/scripts/provider/mock", json={"content": MOCK})
-        await http.post("/api/regions", json={"name": "bench", "script": "hook", "budget": 1000})
-    calls_by_op = {
-        "hook": ("POST", "/api/regions/bench/render", {}),
-        "inference": ("POST", "/api/providers/mock/inference", REQUEST),
-        "floor": ("GET", "/healthz", None),  # the HTTP client's own cost: no gate, no auth, no pool
-    }
-    sides = {}
-    for op, (method, path, body) in calls_by_op.items():
-        async with client() as http:
-
-            async def call(method: str = method, path: str = path, body: Any = body) -> None:
+        def call(method: str, path: str, body: Any) -> Call:
+            async def one() -> None:
                 (await http.request(method, path, json=body)).raise_for_status()
 
-            sides[op] = await _measure(call, calls, concurrency)
+            return one
+
+        yield call
+
+
+async def _through_service(
+    url: str, token: str, pid: int, calls: int, concurrency: int
+) -> dict[str, dict[str, Side]]:
+    """Every operation with each load generator: ``{loader: {op: Side}}``."""
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+        for put in (
+            http.put("/api/scripts/region_hook/hook", json={"content": HOOK}),
+            http.put("/api/scripts/provider/mock", json={"content": MOCK}),
+            http.post("/api/regions", json={"name": "bench", "script": "hook", "budget": 1000}),
+        ):
+            (await put).raise_for_status()
+    cpu = cpu_reader(pid)
+    sides: dict[str, dict[str, Side]] = {}
+    for kind in LOADERS:
+        sides[kind] = {}
+        for op, (method, path, body) in CALLS_BY_OP.items():
+            async with _loader(kind, url, token, concurrency) as prepare:
+                sides[kind][op] = await _measure(prepare(method, path, body), calls, concurrency, cpu)
     return sides
 
 
+def _compare(lib: Side, svc: Side, floor: Side) -> dict[str, Any]:
+    return {
+        "library": asdict(lib),
+        "service": asdict(svc),
+        "added_sequential_p50_ms": round(svc.sequential_p50_ms - lib.sequential_p50_ms, 3),
+        "added_beyond_client_floor_p50_ms": round(
+            svc.sequential_p50_ms - floor.sequential_p50_ms - lib.sequential_p50_ms, 3
+        ),
+        "added_concurrent_p50_ms": round(svc.concurrent_p50_ms - lib.concurrent_p50_ms, 3),
+        "throughput_ratio": round(svc.throughput / lib.throughput, 3),
+        "added_cpu_ms_per_call": round(svc.cpu_ms_per_call - lib.cpu_ms_per_call, 3),
+    }
+
+
 def run_benchmark(workers: int, calls: int, concurrency: int) -> dict[str, Any]:
-    """Both sides, then the service's added p50 and its throughput relative to the library."""
+    """Both sides, then per load generator the service's added p50, CPU and relative throughput."""
+    load = [os.getloadavg()[0]]
     library = asyncio.run(_in_process(workers, calls, concurrency))
     with tempfile.TemporaryDirectory(prefix="rhaipool-bench-serve-") as tmp:
         process, url, token = _start_service(Path(tmp), workers)
         try:
-            service = asyncio.run(_through_service(url, token, calls, concurrency))
+            service = asyncio.run(_through_service(url, token, process.pid, calls, concurrency))
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(60)
-    floor = service["floor"].sequential_p50_ms
+    load.append(os.getloadavg()[0])
     report: dict[str, Any] = {"concurrency": concurrency, "calls": calls, "workers": workers}
-    report["client_floor_p50_ms"] = round(floor, 3)
-    for op in ("hook", "inference"):
-        lib, svc = library[op], service[op]
-        report[op] = {
-            "library": asdict(lib),
-            "service": asdict(svc),
-            "added_sequential_p50_ms": round(svc.sequential_p50_ms - lib.sequential_p50_ms, 3),
-            "added_beyond_client_floor_p50_ms": round(
-                svc.sequential_p50_ms - floor - lib.sequential_p50_ms, 3
-            ),
-            "added_concurrent_p50_ms": round(svc.concurrent_p50_ms - lib.concurrent_p50_ms, 3),
-            "throughput_ratio": round(svc.throughput / lib.throughput, 3),
-        }
+    report["load_average"] = load
+    report["library"] = {op: asdict(side) for op, side in library.items()}
+    for kind, sides in service.items():
+        floor = sides["floor"]
+        report[kind] = {"floor": asdict(floor)}
+        for op in ("hook", "inference"):
+            report[kind][op] = _compare(library[op], sides[op], floor)
     return report
+
+
+def _print(report: dict[str, Any]) -> None:
+    n = report["concurrency"]
+    print(
+        f"{n} concurrent clients, {report['calls']} calls, {report['workers']} workers; "
+        f"load {report['load_average'][0]:.2f} → {report['load_average'][1]:.2f}"
+    )
+    for op, lib in report["library"].items():
+        print(
+            f"in-process {op:<9} p50 {lib['sequential_p50_ms']:.3f} ms one at a time / "
+            f"{lib['concurrent_p50_ms']:.2f} ms at {n}, {lib['throughput']:.0f}/s; CPU per call "
+            f"{lib['cpu_ms_per_call']:.3f} ms coordinator, {lib['workers_cpu_ms_per_call']:.3f} ms workers"
+        )
+    for kind in LOADERS:
+        floor = report[kind]["floor"]
+        print(
+            f"[{kind}] floor GET /healthz p50 {floor['sequential_p50_ms']:.3f} ms one at a time, "
+            f"{floor['throughput']:.0f}/s at {n}; service CPU {floor['cpu_ms_per_call']:.3f} ms per GET"
+        )
+        for op in ("hook", "inference"):
+            r = report[kind][op]
+            svc = r["service"]
+            print(
+                f"[{kind}] {op:<9} service p50 {svc['sequential_p50_ms']:.3f} / "
+                f"{svc['concurrent_p50_ms']:.2f} ms, {svc['throughput']:.0f}/s: added p50 "
+                f"{r['added_sequential_p50_ms']:.3f} ms one at a time "
+                f"({r['added_beyond_client_floor_p50_ms']:.3f} beyond the floor), "
+                f"{r['added_concurrent_p50_ms']:.2f} ms at {n}; throughput x{r['throughput_ratio']:.2f}; "
+                f"service CPU {svc['cpu_ms_per_call']:.3f} ms per call, "
+                f"added {r['added_cpu_ms_per_call']:.3f} ms"
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -190,24 +356,8 @@ def main(argv: list[str] | None = None) -> None:
     report = run_benchmark(args.workers, args.calls, args.concurrency)
     if args.json:
         print(json.dumps(report))
-        return
-    print(f"{args.concurrency} concurrent clients, {args.calls} calls, {args.workers} workers")
-    print(
-        f"client floor: GET /healthz p50 {report['client_floor_p50_ms']:.3f} ms one at a time"
-        " (the benchmark's own httpx client; no gate, auth or pool behind it)"
-    )
-    for op in ("hook", "inference"):
-        r = report[op]
-        lib, svc = r["library"], r["service"]
-        print(
-            f"{op:<10} library p50 {lib['sequential_p50_ms']:.3f} ms (one at a time) / "
-            f"{lib['concurrent_p50_ms']:.2f} ms ({args.concurrency} clients), {lib['throughput']:.0f}/s; "
-            f"service p50 {svc['sequential_p50_ms']:.3f} / {svc['concurrent_p50_ms']:.2f} ms, "
-            f"{svc['throughput']:.0f}/s; added p50 {r['added_sequential_p50_ms']:.3f} ms one at a time, "
-            f"{r['added_concurrent_p50_ms']:.2f} ms at {args.concurrency}; "
-            f"throughput x{r['throughput_ratio']:.2f}; added beyond the client floor "
-            f"{r['added_beyond_client_floor_p50_ms']:.3f} ms"
-        )
+    else:
+        _print(report)
 
 
 if __name__ == "__main__":
