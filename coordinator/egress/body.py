@@ -8,15 +8,19 @@ handing the script a page of mojibake it would then fail to parse in a confusing
 from __future__ import annotations
 
 import codecs
-from collections.abc import Awaitable, Callable
+import email.message
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-import httpx
+import aiohttp
+from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
-from coordinator.egress.errors import HostError
+from coordinator.egress.encoding import BodyDecoder
+from coordinator.egress.errors import BodyIncomplete, HostError
 
 __all__ = [
     "MOJIBAKE_MIN_CHARS",
     "MOJIBAKE_RATIO",
+    "body_chunks",
     "charset_of",
     "decode_lossy",
     "is_text_like",
@@ -29,9 +33,11 @@ MOJIBAKE_RATIO = 0.10
 _TEXT_MARKERS = ("json", "xml", "javascript", "x-yaml", "urlencoded")
 
 
-def charset_of(response: httpx.Response) -> str:
+def charset_of(response: aiohttp.ClientResponse) -> str:
     """The declared charset when Python knows it, else UTF-8."""
-    name = response.charset_encoding or "utf-8"
+    message = email.message.Message()
+    message["content-type"] = response.headers.get("content-type", "")
+    name = message.get_content_charset(failobj=None) or "utf-8"
     try:
         codecs.lookup(name)
     except LookupError:
@@ -39,7 +45,7 @@ def charset_of(response: httpx.Response) -> str:
     return name
 
 
-def decode_lossy(response: httpx.Response, raw: bytes | bytearray) -> str:
+def decode_lossy(response: aiohttp.ClientResponse, raw: bytes | bytearray) -> str:
     """Decode like the reference's ``text()``: unknown bytes become U+FFFD."""
     return raw.decode(charset_of(response), errors="replace")
 
@@ -50,8 +56,38 @@ def is_text_like(content_type: str) -> bool:
     return media.startswith("text/") or any(marker in media for marker in _TEXT_MARKERS)
 
 
+async def body_chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The body's decoded chunks as they arrive (empty ones skipped); a cut-off body raises BodyIncomplete."""
+    decoder = BodyDecoder(response.headers.getall("content-encoding", ()))
+    received = 0
+    try:
+        async for raw in response.content.iter_any():
+            received += len(raw)
+            data = decoder.decode(raw)
+            if data:
+                yield data
+    except aiohttp.ClientPayloadError as exc:
+        raise _incomplete(response, exc, received) from exc
+    tail = decoder.flush()
+    if tail:
+        yield tail
+
+
+def _incomplete(
+    response: aiohttp.ClientResponse, exc: aiohttp.ClientPayloadError, received: int
+) -> BodyIncomplete:
+    """The peer closed early: said in the words egress has always used (received / expected bytes)."""
+    prefix = "peer closed connection without sending complete message body"
+    declared = response.headers.get("content-length", "")
+    if isinstance(exc.__cause__, ContentLengthError) and declared.isdigit():
+        return BodyIncomplete(f"{prefix} (received {received} bytes, expected {int(declared)})")
+    if isinstance(exc.__cause__, TransferEncodingError):
+        return BodyIncomplete(f"{prefix} (incomplete chunked read)")
+    return BodyIncomplete(str(exc))
+
+
 async def read_capped(
-    response: httpx.Response, cap: int, reserve: Callable[[int], Awaitable[None]] | None = None
+    response: aiohttp.ClientResponse, cap: int, reserve: Callable[[int], Awaitable[None]] | None = None
 ) -> bytearray:
     """The whole body, or an ``api`` HostError as soon as it exceeds ``cap`` bytes.
 
@@ -65,7 +101,7 @@ async def read_capped(
     if reserve is not None:
         await reserve(reserved)
     body = bytearray()  # grown in place: joining chunks at the end would hold the body twice
-    async for chunk in response.aiter_bytes():
+    async for chunk in body_chunks(response):
         if len(body) + len(chunk) > cap:
             raise _too_large()
         if reserve is not None and len(body) + len(chunk) > reserved:
@@ -85,7 +121,7 @@ def _too_large() -> HostError:
     )
 
 
-def readable_text(response: httpx.Response, raw: bytes | bytearray) -> str:
+def readable_text(response: aiohttp.ClientResponse, raw: bytes | bytearray) -> str:
     """Decode a 2xx body, refusing binary content types and bodies that do not decode."""
     content_type = response.headers.get("content-type")
     if content_type is not None and not is_text_like(content_type):

@@ -1,41 +1,66 @@
-"""Every outbound HTTP request of every provider script, through one shared ``httpx.AsyncClient``.
+"""Every outbound HTTP request of every provider script, through aiohttp sessions kept per address policy.
 
     worker: http_post(...) ──HOST_CALL──▶ coordinator host handler ──▶ Egress.fetch / Egress.stream
                                                                           │ policy.check_url (by name)
+                                                                          │ IP literal: check_address
                                                                           ▼
-                        httpx.AsyncClient ─▶ _PolicyTransport ─▶ pool per address policy
-                                                                          │ _GuardedBackend: resolve,
-                                                                          ▼ check each address, connect
+                  aiohttp.ClientSession + TCPConnector of the request's address policy
+                                                                          │ _PolicyResolver: resolve,
+                                                                          ▼ keep allowed addresses, connect
 
 Transport rules (SPEC §3.15): connect timeout 30 s, TCP keepalive 30 s, a total deadline per request,
-same-origin redirects only (at most 5 hops), text-only 2xx bodies, a response size cap, up to two
-quick retries of a unary request whose connection broke, none for streams. Connections are pooled
-(allowed by SPEC §0); pools are keyed by the address policy so a connection opened under one
-provider's ``egress_allow`` is never reused by a provider without it.
+same-origin redirects only (at most 5 hops, followed here: aiohttp's own are off), text-only 2xx
+bodies, a response size cap, up to two quick retries of a unary request whose connection broke, none
+for streams. No cookie jar (one client serves every provider and tenant), no proxies or settings
+from the environment. Connections are pooled (allowed by SPEC §0); pools are keyed by the address
+policy so a connection opened under one provider's ``egress_allow`` is never reused by a provider
+without it. aiohttp resolves names through the connector's resolver, which here filters every
+address through the policy; it never consults the resolver for an IP-literal host, so those are
+checked before every hop (``_check_literal``). Unix sockets cannot be reached: only http(s) URLs
+are accepted and the connector is TCP only.
 
-Past 400 lines because the address check must sit inside the connection path (resolve, check each
-address, connect) that httpx's transport and httpcore's backend define; the policy itself, bodies,
-budgets and SSE framing live in their own modules.
+Why aiohttp, not httpx: 256 concurrent keep-alive GETs against
+``python -m coordinator.bench.standin --delay 0.1`` (2 cores, same run) cost plain
+``httpx.AsyncClient`` 0.62 ms of CPU per GET at 1 551 calls/s and ``aiohttp.ClientSession`` 0.17 ms
+at 2 414 calls/s (the latency-bound ideal is 2 560/s); ``rhaipool bench providers`` prints both.
+HTTP/2: aiohttp speaks HTTP/1.1 only, so ``Egress(http2=True)`` is refused rather than silently
+downgraded (the reference falls back to HTTP/1.1 itself, so providers work on 1.1).
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.cookiejar
 import ipaddress
+import re
 import socket
 import ssl
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpcore
-import httpx
-from httpcore._utils import is_socket_readable
+import aiohttp
+import certifi
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.helpers import is_ip_address
+from multidict import CIMultiDict
+from yarl import URL
 
-from coordinator.egress.body import decode_lossy, read_capped, readable_text
+from coordinator.egress.body import body_chunks, decode_lossy, read_capped, readable_text
 from coordinator.egress.budgets import EgressLimits, Reservation, TenantBudgets
-from coordinator.egress.errors import HostError, denied_error, status_error, transport_error
+from coordinator.egress.encoding import ACCEPT_ENCODING
+from coordinator.egress.errors import (
+    TRANSPORT_ERRORS,
+    DnsFailure,
+    HostError,
+    InvalidRequest,
+    TooManyRedirects,
+    denied_error,
+    is_retryable,
+    status_error,
+    transport_error,
+)
 from coordinator.egress.policy import EgressDenied, EgressPolicy
 from coordinator.egress.sse import SseFramer
 
@@ -43,210 +68,103 @@ __all__ = ["CONNECT_TIMEOUT_SECS", "MAX_REDIRECTS", "Egress"]
 
 CONNECT_TIMEOUT_SECS = 30.0
 MAX_REDIRECTS = 5
+KEEPALIVE_IDLE_SECS = 30
 _RETRY_SLEEPS = (0.2, 0.4)
-#: Unary failures retried in place (SPEC §3.15: reset / closed / broken pipe / eof / timed out).
-_RETRYABLE = (
-    httpx.ReadError,
-    httpx.WriteError,
-    httpx.RemoteProtocolError,
-    httpx.TimeoutException,
-    TimeoutError,
-)
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 #: Headers that describe the body; dropped with it when a redirect turns the request into a GET.
 _BODY_HEADERS = ("content-length", "content-type", "content-encoding", "transfer-encoding")
-_KEEPALIVE = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-if hasattr(socket, "TCP_KEEPIDLE"):
-    _KEEPALIVE.append((socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30))
+#: Longest status/header line accepted (aiohttp's default is 8 190; httpx's parser allowed 16 KiB).
+_MAX_LINE = 16384
+#: An HTTP header name (RFC 9110 token); anything else is refused rather than sent.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """Resolves the host itself and connects only to addresses the policy allows."""
+class _NoAllowedAddress(Exception):
+    """The resolver found only addresses the policy refuses (turned into EgressDenied by the caller)."""
+
+    def __init__(self, host: str, address: str) -> None:
+        super().__init__(host, address)
+        self.host, self.address = host, address
+
+
+class _PolicyResolver(AbstractResolver):
+    """Resolves a name and returns only the addresses its policy allows, so nothing else is dialled."""
 
     def __init__(self, policy: EgressPolicy) -> None:
         self._policy = policy
-        self._inner = httpcore.AnyIOBackend()
 
-    async def _addresses(self, host: str, port: int) -> list[str]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_UNSPEC
+    ) -> list[ResolveResult]:
         try:
-            return [str(ipaddress.ip_address(host.strip("[]")))]
-        except ValueError:
-            pass
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, family=family
+            )
         except socket.gaierror as exc:
-            raise httpcore.ConnectError(f"dns error: failed to lookup address for {host}: {exc}") from exc
-        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+            raise DnsFailure(f"dns error: failed to lookup address for {host}: {exc}") from exc
+        results: list[ResolveResult] = []
+        for fam, _, proto, _, sockaddr in infos:
+            address = str(sockaddr[0])
+            if self._policy.address_allowed(host, address) and all(r["host"] != address for r in results):
+                results.append(
+                    ResolveResult(
+                        hostname=host,
+                        host=address,
+                        port=port,
+                        family=fam,
+                        proto=proto,
+                        flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
+                    )
+                )
+        if not results:
+            raise _NoAllowedAddress(host, str(infos[0][4][0]))
+        return results
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Any = None,
-    ) -> httpcore.AsyncNetworkStream:
-        """Connect to the first allowed address; refuse when none is allowed."""
-        addresses = await self._addresses(host, port)
-        allowed = [a for a in addresses if self._policy.address_allowed(host, a)]
-        if not allowed:
-            self._policy.check_address(host, addresses[0])
-        error: Exception | None = None
-        for address in allowed:
-            try:
-                stream = await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
-                return _CheapInfoStream(stream)
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                error = exc
-        assert error is not None
-        raise error
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Any = None
-    ) -> httpcore.AsyncNetworkStream:
-        """Never: egress is TCP only."""
-        raise EgressDenied("egress refused: unix sockets are not reachable from provider scripts")
-
-    async def sleep(self, seconds: float) -> None:
-        """Delegate."""
-        await self._inner.sleep(seconds)
+    async def close(self) -> None:
+        """Nothing held."""
 
 
-class _Released(httpx.AsyncByteStream):
-    """A response body that tells its shard, once, when it is closed (its connection is free again)."""
-
-    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
-        self._inner = inner
-        self._release: Callable[[], None] | None = release
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            yield chunk
-
-    async def aclose(self) -> None:
-        try:
-            await self._inner.aclose()
-        finally:
-            release, self._release = self._release, None
-            if release is not None:
-                release()
+def _keepalive_socket(addr_info: Any) -> socket.socket:
+    """A TCP socket with keepalive probes after 30 s idle (SPEC §3.15)."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=kind, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_SECS)
+    return sock
 
 
-class _CheapInfoStream(httpcore.AsyncNetworkStream):
-    """A connection that answers "is it readable?" from its socket directly.
-
-    httpcore asks that of every idle connection of a pool each time it assigns a request; anyio
-    answers through a typed-attribute table it rebuilds (with a ``getpeername`` call) on every
-    question — ~10 % of the coordinator's CPU per brokered GET at 256 callers (cProfile).
-    """
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: socket.socket | None = inner.get_extra_info("socket")
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(
-        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        return _CheapInfoStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return is_socket_readable(self._socket)  # httpcore's own test, minus the table
-        if info == "socket":
-            return self._socket
-        return self._inner.get_extra_info(info)
+@dataclass(slots=True)
+class _Request:
+    method: str
+    url: URL
+    body: bytes | None
+    headers: CIMultiDict[str]
+    written: str
+    """The URL as written (messages name its host as written: ``::ffff:127.0.0.1``, not normalised)."""
 
 
-class _PolicyTransport(httpx.AsyncBaseTransport):
-    """Routes each request to a connection pool of its address policy.
-
-    Each policy gets ``shards`` small pools: httpcore's pool does work proportional to its
-    connections times its waiting requests on every request, so one pool of 1000 connections is far
-    slower under load than 128 pools of 8 (``rhaipool bench providers``). A request goes to the
-    shard with the fewest requests in use (first on a tie): load stays even, so a shard needs no
-    more connections than its share of the callers and keeps reusing them — round-robin and
-    "first shard with an idle connection" both opened ~25 new connections per 1 000 calls at
-    steady load, each a TCP (and TLS) handshake. One caller at a time always gets shard 0.
-    """
-
-    def __init__(self, *, verify: bool, http2: bool, max_connections: int, shards: int = 128) -> None:
-        self._verify = verify
-        self._http2 = http2
-        self._per_shard = max(1, max_connections // shards)
-        self._shards = shards
-        self._pools: dict[Any, list[httpx.AsyncHTTPTransport | None]] = {}
-        self._in_use: dict[Any, list[int]] = {}
-        """Per policy and shard: requests sent and not yet closed (waiting for or holding a connection)."""
-        self._ssl: ssl.SSLContext | None = None
-
-    def _new_pool(self, policy: EgressPolicy) -> httpx.AsyncHTTPTransport:
-        if self._ssl is None:  # loading the CA bundle costs ~25 ms: once per client, shared by every shard
-            self._ssl = httpx.create_ssl_context(verify=self._verify, trust_env=False)
-        transport = httpx.AsyncHTTPTransport(verify=self._ssl, http2=self._http2, trust_env=False)
-        # httpx does not expose httpcore's network_backend; replace its pool with one that has ours.
-        transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=self._ssl,
-            max_connections=self._per_shard,
-            max_keepalive_connections=self._per_shard,
-            keepalive_expiry=5.0,
-            http1=True,
-            http2=self._http2,
-            network_backend=_GuardedBackend(policy),
-            socket_options=_KEEPALIVE,
-        )
-        return transport
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Dispatch to the least busy shard of the request's policy; count it until its body closes."""
-        policy = request.extensions.get("rhaipool_policy")
-        if not isinstance(policy, EgressPolicy):
-            raise EgressDenied("egress refused: request without a provider policy")
-        shards = self._pools.setdefault(policy.address_key, [None] * self._shards)
-        in_use = self._in_use.setdefault(policy.address_key, [0] * self._shards)
-        index = in_use.index(min(in_use))
-        transport = shards[index]
-        if transport is None:
-            transport = shards[index] = self._new_pool(policy)
-
-        def release() -> None:
-            in_use[index] -= 1
-
-        in_use[index] += 1
-        try:
-            response = await transport.handle_async_request(request)
-        except BaseException:
-            release()
-            raise
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _Released(response.stream, release)
-        return response
-
-    async def aclose(self) -> None:
-        """Close every pool."""
-        for shards in self._pools.values():
-            for transport in shards:
-                if transport is not None:
-                    await transport.aclose()
-        self._pools.clear()
-        self._in_use.clear()
+def _check_literal(policy: EgressPolicy, request: _Request) -> None:
+    """An IP-literal host skips the connector's resolver, so its address is judged here, every hop."""
+    host = request.url.raw_host or ""
+    if not is_ip_address(host):
+        return
+    shown = (urlsplit(request.written).hostname or host).lower()
+    try:
+        address = str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        raise EgressDenied(f"egress refused: {shown!r} is not a canonical IP address") from None
+    policy.check_address(shown, address)
 
 
-def _no_cookies() -> http.cookiejar.CookieJar:
-    """A jar that accepts nothing: one client serves every provider and tenant, and the reference's
-    client stores no cookies, so a Set-Cookie must never ride along on anyone's next request."""
-    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+def _port_of(url: str) -> int | None:
+    """The explicit port as written (``urlsplit`` refuses to return one out of range)."""
+    after_host = urlsplit(url).netloc.rpartition("@")[2].rpartition("]")[2]
+    _, colon, digits = after_host.rpartition(":")
+    return int(digits) if colon and digits.isdigit() else None
 
 
-def _same_origin(a: httpx.URL, b: httpx.URL) -> bool:
+def _same_origin(a: URL, b: URL) -> bool:
     return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
 
 
@@ -261,15 +179,13 @@ class Egress:
         max_connections: int = 1024,
         limits: EgressLimits | None = None,
     ) -> None:
+        if http2:
+            raise ValueError("http2 is not available: egress runs on aiohttp, which speaks HTTP/1.1 only")
         self.budgets = TenantBudgets(limits)  # response bytes and requests in flight, in total and per tenant
-        self._transport = _PolicyTransport(verify=verify, http2=http2, max_connections=max_connections)
-        self._client = httpx.AsyncClient(
-            transport=self._transport,
-            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_SECS),
-            follow_redirects=False,
-            trust_env=False,
-            cookies=_no_cookies(),
-        )
+        self._verify = verify
+        self._max_connections = max_connections
+        self._ssl: ssl.SSLContext | bool | None = None
+        self._sessions: dict[Any, aiohttp.ClientSession] = {}
         self.requests_sent = 0
         self.responses: Counter[tuple[str, str]] = Counter()
         """Requests by (provider, status class ``"2xx"``..``"5xx"``; ``"error"``: no answer; ``"denied"``)."""
@@ -281,62 +197,109 @@ class Egress:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the client and its pools."""
-        await self._client.aclose()
+        """Close every session and its connections."""
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
+
+    def _session(self, policy: EgressPolicy) -> aiohttp.ClientSession:
+        """The session (one connection pool) of the policy's address rules, made on first use."""
+        session = self._sessions.get(policy.address_key)
+        if session is not None:
+            return session
+        if self._ssl is None:  # loading the CA bundle costs ~25 ms: once per client, shared by every pool
+            self._ssl = ssl.create_default_context(cafile=certifi.where()) if self._verify else False
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections,
+            limit_per_host=0,
+            resolver=_PolicyResolver(policy),
+            ssl=self._ssl,
+            keepalive_timeout=5.0,
+            socket_factory=_keepalive_socket,
+        )
+        session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            auto_decompress=False,  # encoding.py decodes: the same bodies whatever codecs are installed
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_SECS),
+            headers={"Accept-Encoding": ACCEPT_ENCODING},
+            skip_auto_headers=(
+                "Content-Type",
+            ),  # a body goes out with no content type unless the script set one
+            max_line_size=_MAX_LINE,
+            max_field_size=_MAX_LINE,
+        )
+        self._sessions[policy.address_key] = session
+        return session
 
     def _build(
         self, policy: EgressPolicy, method: str, url: str, body: str | None, headers: dict[str, str]
-    ) -> httpx.Request:
+    ) -> _Request:
         policy.check_url(url)
-        content = body.encode("utf-8") if body is not None else None
-        # Values go out as their UTF-8 bytes (as the reference sends them); httpx would insist on ASCII.
-        raw_headers = [(name.encode("utf-8"), value.encode("utf-8")) for name, value in headers.items()]
-        request = self._client.build_request(
-            method, url, content=content, headers=raw_headers, extensions={"rhaipool_policy": policy}
-        )
-        port = request.url.port
+        port = _port_of(url)
         if port is not None and not 0 < port < 65536:
-            raise httpx.InvalidURL(f"invalid port {port} in {url!r}")
-        return request
+            raise InvalidRequest(f"invalid port {port} in {url!r}")
+        try:
+            target = URL(url)
+        except ValueError as exc:
+            raise InvalidRequest(f"invalid URL {url!r}: {exc}") from exc
+        for name, value in headers.items():
+            if not _TOKEN.fullmatch(name) or "\r" in value or "\n" in value:
+                raise InvalidRequest(
+                    f"invalid header {name!r}: not an HTTP header name, or a line break in its value"
+                )
+        content = body.encode("utf-8") if body is not None else None
+        return _Request(method, target, content, CIMultiDict(headers), url)
+
+    async def _open(self, policy: EgressPolicy, request: _Request) -> aiohttp.ClientResponse:
+        _check_literal(policy, request)
+        try:
+            return await self._session(policy).request(
+                request.method,
+                request.url,
+                data=request.body,
+                headers=request.headers,
+                allow_redirects=False,
+            )
+        except _NoAllowedAddress as exc:
+            policy.check_address(exc.host, exc.address)  # the message names this request's provider
+            raise EgressDenied(f"egress refused: no allowed address for {exc.host!r}") from exc
 
     async def _send(
-        self, policy: EgressPolicy, request: httpx.Request, on_send: Callable[[], None] | None
-    ) -> httpx.Response:
+        self, policy: EgressPolicy, request: _Request, on_send: Callable[[], None] | None
+    ) -> aiohttp.ClientResponse:
         """Send, following same-origin redirects; a cross-origin one is returned as the answer."""
         for _ in range(MAX_REDIRECTS + 1):
             if on_send is not None:
                 on_send()
             self.requests_sent += 1
             try:
-                response = await self._client.send(request, stream=True)
+                response = await self._open(policy, request)
             except Exception as exc:
                 self.responses[(policy.provider, "denied" if isinstance(exc, EgressDenied) else "error")] += 1
                 raise
-            self.responses[(policy.provider, f"{response.status_code // 100}xx")] += 1
+            self.responses[(policy.provider, f"{response.status // 100}xx")] += 1
             location = response.headers.get("location")
-            if response.status_code not in _REDIRECTS or location is None:
+            if response.status not in _REDIRECTS or location is None:
                 return response
-            target = response.url.join(location)
+            target = response.url.join(URL(location))
             if not _same_origin(target, request.url):
                 return response
-            await response.aclose()
-            method, headers = request.method, request.headers.copy()
-            if response.status_code in (301, 302, 303):
+            response.release()
+            method, headers, content = request.method, request.headers.copy(), request.body
+            if response.status in (301, 302, 303):
                 method, content = ("HEAD" if method == "HEAD" else "GET"), None
                 for name in _BODY_HEADERS:
-                    headers.pop(name, None)
-            else:
-                content = request.content
-            request = self._client.build_request(
-                method, target, content=content, headers=headers, extensions=request.extensions
-            )
+                    headers.popall(name, None)
+            request = _Request(method, target, content, headers, str(target))
             policy.check_url(str(target))
-        raise httpx.TooManyRedirects(f"too many redirects (more than {MAX_REDIRECTS})")
+        raise TooManyRedirects(f"too many redirects (more than {MAX_REDIRECTS})")
 
     async def _fetch_once(
         self,
         policy: EgressPolicy,
-        request: httpx.Request,
+        request: _Request,
         on_send: Callable[[], None] | None,
         reservation: Reservation,
     ) -> tuple[int, str, str | None]:
@@ -345,16 +308,16 @@ class Egress:
         try:
             raw = await read_capped(response, policy.max_response_bytes, reservation.grow)
         finally:
-            await response.aclose()
+            response.release()
         await reservation.grow(len(raw))  # its text, held beside the bytes until it is handed over
-        if not 200 <= response.status_code < 300:
+        if not 200 <= response.status < 300:
             body = decode_lossy(response, raw)
-            if response.status_code in _REDIRECTS and response.headers.get("location"):
+            if response.status in _REDIRECTS and response.headers.get("location"):
                 body = (
                     f"redirect to another origin refused ({response.headers.get('location')}) {body}".strip()
                 )
-            return response.status_code, body, response.headers.get("retry-after")
-        return response.status_code, readable_text(response, raw), None
+            return response.status, body, response.headers.get("retry-after")
+        return response.status, readable_text(response, raw), None
 
     async def fetch(
         self,
@@ -388,13 +351,13 @@ class Egress:
                             policy, request, on_send, reservation
                         )
                     break
-                except _RETRYABLE:
-                    if attempt == len(_RETRY_SLEEPS):
+                except TRANSPORT_ERRORS as exc:
+                    if attempt == len(_RETRY_SLEEPS) or not is_retryable(exc):
                         raise
                     await asyncio.sleep(_RETRY_SLEEPS[attempt])
         except EgressDenied as exc:
             raise denied_error(exc) from exc
-        except (httpx.TransportError, httpx.TooManyRedirects, httpx.InvalidURL, TimeoutError, OSError) as exc:
+        except TRANSPORT_ERRORS as exc:
             raise transport_error(exc, timeout) from exc
         if not 200 <= status < 300:
             raise status_error(status, text, retry_after)
@@ -430,39 +393,39 @@ class Egress:
                 response = await self._send(policy, request, on_send)
         except EgressDenied as exc:
             raise denied_error(exc) from exc
-        except (httpx.TransportError, httpx.TooManyRedirects, httpx.InvalidURL, TimeoutError, OSError) as exc:
+        except TRANSPORT_ERRORS as exc:
             raise transport_error(exc, timeout) from exc
         try:
             async for payload in self._payloads(response, policy, deadline, timeout, reservation):
                 yield payload
         finally:
-            await response.aclose()
+            response.release()
 
     async def _payloads(
         self,
-        response: httpx.Response,
+        response: aiohttp.ClientResponse,
         policy: EgressPolicy,
         deadline: float,
         timeout: float,
         reservation: Reservation,
     ) -> AsyncGenerator[str, None]:
-        if not 200 <= response.status_code < 300:
+        if not 200 <= response.status < 300:
             try:
                 async with asyncio.timeout_at(deadline):
                     raw = await read_capped(response, policy.max_response_bytes, reservation.grow)
-            except (httpx.TransportError, TimeoutError, HostError):
+            except (*TRANSPORT_ERRORS, HostError):
                 raw = bytearray()
             text = decode_lossy(response, raw)
-            raise status_error(response.status_code, text, response.headers.get("retry-after"))
+            raise status_error(response.status, text, response.headers.get("retry-after"))
         framer = SseFramer()
-        chunks = response.aiter_bytes()
+        chunks = aiter(body_chunks(response))
         while not framer.done:
             try:
                 async with asyncio.timeout_at(deadline):
                     data = await anext(chunks)
             except StopAsyncIteration:
                 break
-            except (httpx.TransportError, TimeoutError, OSError) as exc:
+            except TRANSPORT_ERRORS as exc:
                 raise transport_error(exc, timeout) from exc
             await reservation.grow(len(data))
             for payload in framer.feed(data):

@@ -11,33 +11,53 @@
                 ├── TenantRequestsExceeded        egress requests in flight
                 └── TenantResponseBytesExceeded   response bytes in flight
 
-``HostError.value`` is exactly the map the script's ``catch`` sees; httpx exceptions are translated
-here and nowhere else (STYLE practice 2).
+``HostError.value`` is exactly the map the script's ``catch`` sees; the transport's (aiohttp's)
+exceptions are translated here and nowhere else (STYLE practice 2). Their messages are worded as
+egress has always worded them (it ran on httpx until the transport moved to aiohttp for CPU per
+request), so a script, a log search or an alert written against them keeps matching.
+
+Transport failures raised by egress itself rather than by the HTTP library::
+
+    TransportFailure           no complete answer (message as the script sees it)
+    ├── BodyIncomplete         the peer closed before the whole body arrived
+    ├── TooManyRedirects       more than MAX_REDIRECTS same-origin hops
+    ├── InvalidRequest             a URL the transport cannot send (bad port, malformed)
+    └── DnsFailure (OSError)   the host name did not resolve (raised inside the resolver)
 """
 
 from __future__ import annotations
 
+import asyncio
 import http
+import re
 import socket
 import ssl
 from typing import Any, ClassVar
 
-import httpx
+import aiohttp
 
+from coordinator.egress.encoding import BodyDecodeError
 from proto.errors import RhaipoolError
 
 __all__ = [
     "MAX_ERROR_BODY_CHARS",
+    "TRANSPORT_ERRORS",
+    "BodyIncomplete",
+    "DnsFailure",
     "EgressBudgetExhausted",
     "EgressCapacityError",
     "EgressDenied",
     "EgressQuotaExceeded",
     "HostError",
+    "InvalidRequest",
     "ResponseBudgetExhausted",
     "StreamBudgetExhausted",
     "TenantRequestsExceeded",
     "TenantResponseBytesExceeded",
+    "TooManyRedirects",
+    "TransportFailure",
     "denied_error",
+    "is_retryable",
     "reason_phrase",
     "retry_after_secs",
     "status_error",
@@ -106,6 +126,26 @@ class TenantResponseBytesExceeded(EgressQuotaExceeded):
     """The tenant already holds its quota of response bytes in flight."""
 
     limit = "tenant_response_bytes"
+
+
+class TransportFailure(Exception):
+    """A request egress itself gave up on; ``str`` is the message the script sees."""
+
+
+class BodyIncomplete(TransportFailure):
+    """The peer closed the connection before the whole body arrived."""
+
+
+class TooManyRedirects(TransportFailure):
+    """More same-origin redirect hops than allowed."""
+
+
+class InvalidRequest(TransportFailure):
+    """A URL or header the transport cannot send."""
+
+
+class DnsFailure(OSError):
+    """The host name did not resolve (an OSError so the connector reports it as a DNS error)."""
 
 
 #: Where Python's phrase differs from the reference's (Rust ``http`` crate ``canonical_reason``), or
@@ -189,30 +229,78 @@ def _causes(exc: BaseException) -> list[BaseException]:
     cur: BaseException | None = exc
     while cur is not None and cur not in out:
         out.append(cur)
+        if isinstance(cur, aiohttp.ClientConnectorError):
+            out.append(cur.os_error)
         cur = cur.__cause__ or cur.__context__
     return out
+
+
+def _text(exc: BaseException) -> str:
+    """The message: the words egress used on httpx for the same failure, where they differ."""
+    if isinstance(exc, TransportFailure):
+        return str(exc)
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return str(exc.certificate_error)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = exc.os_error
+        if isinstance(cause, (DnsFailure, ssl.SSLError)):
+            return _chain(cause)
+        return f"All connection attempts failed: {cause}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "Server disconnected without sending a response."
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect timed out: no connection within the connect timeout"
+    if isinstance(exc, aiohttp.ClientResponseError):  # unparseable answer (we never raise_for_status)
+        line = _BAD_STATUS_LINE.match(exc.message)
+        return f"illegal status line: bytearray({line.group(1)})" if line else " ".join(exc.message.split())
+    return _chain(exc)
+
+
+#: aiohttp's parser quotes the line it could not read: ``Bad status line:\n ...\n\n  b'...'\n``.
+_BAD_STATUS_LINE = re.compile(r"Bad status line:.*?\n\n  (b'.*'|b\".*\")\n", re.DOTALL)
+
+_DROPPED = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientPayloadError,
+    aiohttp.ClientResponseError,
+    aiohttp.ClientOSError,
+    BodyIncomplete,
+    ConnectionError,
+)
 
 
 def _failure_kind(exc: BaseException, text: str) -> str:
     causes = _causes(exc)
     lowered = text.lower()
-    if any(isinstance(c, (httpx.TimeoutException, TimeoutError)) for c in causes):
+    if any(isinstance(c, (TimeoutError, asyncio.TimeoutError)) for c in causes):
         return "timeout"
-    if any(isinstance(c, socket.gaierror) for c in causes) or "dns error" in lowered:
+    if any(isinstance(c, (socket.gaierror, DnsFailure)) for c in causes) or "dns error" in lowered:
         return "dns-failure"
     if any(isinstance(c, ConnectionRefusedError) for c in causes) or "refused" in lowered:
         return "connection-refused"
     if any(isinstance(c, ssl.SSLError) for c in causes) or "certificate" in lowered:
         return "tls-failure"
-    if any(isinstance(c, (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)) for c in causes):
+    if any(isinstance(c, _DROPPED) for c in causes) and not isinstance(exc, aiohttp.ClientConnectorError):
         return "connection-dropped"
     return "transport"
 
 
 def transport_error(exc: BaseException, timeout: float | None = None) -> HostError:
     """A request that got no complete answer: ``kind: "transport"`` plus a failure_kind label."""
-    if isinstance(exc, TimeoutError) and timeout is not None:
+    if isinstance(exc, TimeoutError) and timeout is not None and not isinstance(exc, aiohttp.ClientError):
         text = f"operation timed out: no complete answer within {timeout:g}s"
     else:
-        text = _chain(exc)
+        text = _text(exc)
     return HostError({"kind": "transport", "message": text}, _failure_kind(exc, text))
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """A unary request whose connection broke (SPEC §3.15: reset / closed / broken pipe / eof / timed
+    out) is tried again; one that never connected (refused, DNS, TLS) or was refused by policy is not."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(exc, (*_DROPPED, aiohttp.ClientConnectionError, TimeoutError))
+
+
+#: Every exception the transport may raise for a request that got no complete answer.
+TRANSPORT_ERRORS = (aiohttp.ClientError, TransportFailure, BodyDecodeError, TimeoutError, OSError)
