@@ -1,10 +1,11 @@
-"""Benchmark: inferences through the pool vs a raw-socket client and plain httpx, same server, same run.
+"""Benchmark: inferences through the pool vs a raw-socket client, plain aiohttp and plain httpx, same run.
 
 The stand-in API runs in its own process and answers after ``--delay`` seconds. At each concurrency
-(default 64, 256 and 1 024 callers) three clients drive it in turn: raw sockets (the server's
-ceiling), plain httpx (``baselines.py``: how it is kept healthy) and the pool running a provider
-script. The default shape is the reference's: a mock provider whose ``inference`` makes one
-``http_get`` to the latency server; ``--shape groq`` runs the seed's groq script (one POST) instead.
+(default 64, 256 and 1 024 callers) four clients drive it in turn: raw sockets (the server's
+ceiling), plain aiohttp (the transport the pool's egress runs on), plain httpx (``baselines.py``:
+how each is kept healthy) and the pool running a provider script. The default shape is the
+reference's: a mock provider whose ``inference`` makes one ``http_get`` to the latency server;
+``--shape groq`` runs the seed's groq script (one POST) instead.
 Run with::
 
     rhaipool bench providers [--concurrency 64,256,1024] [--calls 2048] [--delay 0.1] [--workers 4]
@@ -12,7 +13,8 @@ Run with::
 
 Prints, per concurrency and side: throughput, p50/p99, CPU per call, new connections per 1 000
 calls, the baselines' health; for the pool also its CPU split (coordinator, workers), the CPU it
-adds beyond plain httpx's request, peak PSS of coordinator + workers, and the memory each extra
+adds beyond the HTTP request itself (against plain aiohttp, the pool's own transport; against plain
+httpx too), peak PSS of coordinator + workers, and the memory each extra
 in-flight call costs. The egress per-tenant request cap is lifted (a host measuring one tenant's
 throughput sets it so); each worker runs the pool's default number of provider calls at once
 (``--capacity``: 64, each a thread with its own stack under the worker's address-space limit), so
@@ -41,6 +43,7 @@ from coordinator.bench.baselines import (
     CONNECTIONS_PER_CLIENT,
     Call,
     HttpShape,
+    PlainAiohttp,
     PlainHttpx,
     RawSockets,
     Run,
@@ -162,7 +165,7 @@ async def _pool(
             side["workers_cpu_ms_per_call"] = workers / run.calls * 1000
             side["peak_pss_mb"] = sampler.peak / 2**20
             out[concurrency] = side
-        async with PlainHttpx(base_url, SHAPES[args.shape][2], 1) as plain:
+        async with PlainAiohttp(base_url, SHAPES[args.shape][2], 1) as plain:
             added = await _interleaved(plain, one, args.sequential)
     return out, added
 
@@ -205,7 +208,7 @@ def _start_server(delay: float) -> tuple[subprocess.Popen[str], str]:
 
 
 async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    """Pool first (so nothing else inflates its memory), then the raw ceiling, then plain httpx."""
+    """Pool first (so nothing else inflates its memory), then the raw ceiling, plain aiohttp, plain httpx."""
     shape = SHAPES[args.shape][2]
     proc, base_url = _start_server(args.delay)
     try:
@@ -213,6 +216,7 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         pool, added = await _pool(base_url, args, proc.pid)
         raw = await _baseline(lambda c: RawSockets(base_url, shape), base_url, args, proc.pid, None)
         ceiling = {c: raw[c]["throughput"] for c in args.concurrency}
+        aio = await _baseline(lambda c: PlainAiohttp(base_url, shape, c), base_url, args, proc.pid, ceiling)
         plain = await _baseline(
             lambda c: PlainHttpx(base_url, shape, c, args.httpx_per_client),
             base_url,
@@ -226,9 +230,11 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     levels = sorted(args.concurrency)
     for c in levels:
         pool[c]["of_ceiling"] = pool[c]["throughput"] / ceiling[c]
+        pool[c]["of_aiohttp"] = pool[c]["throughput"] / aio[c]["throughput"]
         pool[c]["of_plain"] = pool[c]["throughput"] / plain[c]["throughput"]
         pool[c]["of_ideal"] = pool[c]["throughput"] / (c / args.delay)
-        pool[c]["added_cpu_ms_per_call"] = pool[c]["cpu_ms_per_call"] - plain[c]["cpu_ms_per_call"]
+        pool[c]["added_cpu_ms_per_call"] = pool[c]["cpu_ms_per_call"] - aio[c]["cpu_ms_per_call"]
+        pool[c]["added_cpu_ms_per_call_vs_httpx"] = pool[c]["cpu_ms_per_call"] - plain[c]["cpu_ms_per_call"]
     growth = None
     if len(levels) > 1:
         low, high = levels[-2], levels[-1]
@@ -241,6 +247,7 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "load_after": load_average(),
         "cpus": os.cpu_count(),
         "raw": raw,
+        "aiohttp": aio,
         "plain": plain,
         "pool": pool,
         "kb_per_extra_in_flight_call": growth,
@@ -252,7 +259,7 @@ def _line(label: str, side: dict[str, Any]) -> str:
     verdict = "" if "healthy" not in side or side["healthy"] else "  UNHEALTHY: " + "; ".join(side["why_not"])
     ceiling = "" if side.get("of_ceiling") is None else f" {side['of_ceiling']:4.0%} of ceiling"
     return (
-        f"  {label:<12} {side['throughput']:7.0f} calls/s{ceiling}  p50 {side['p50_ms']:6.1f} ms  "
+        f"  {label:<13} {side['throughput']:7.0f} calls/s{ceiling}  p50 {side['p50_ms']:6.1f} ms  "
         f"p99 {side['p99_ms']:7.1f} ms  CPU {side['cpu_ms_per_call']:5.2f} ms/call  "
         f"new conns {side['new_connections_per_1000']:5.1f}/1000 "
         f"(at this level {side['connections_opened_at_level']})  load {side['load']:.1f}{verdict}"
@@ -265,21 +272,25 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['cpus']} CPUs, load {r['load_before']:.1f} -> {r['load_after']:.1f}"
     )
     for c in r["pool"]:
-        p, q = r["plain"][c], r["pool"][c]
+        a, p, q = r["aiohttp"][c], r["plain"][c], r["pool"][c]
         print(f"{c} concurrent callers (latency-bound ideal {int(c) * 1000 / r['delay_ms']:.0f} calls/s)")
         print(_line("raw sockets", r["raw"][c]))
+        print(_line("plain aiohttp", a))
         print(_line("plain httpx", p))
         print(_line("pool", q))
-        ratio = f"{q['of_plain']:.0%}" if p["healthy"] else "n/a (baseline unhealthy)"
+        by_aiohttp = f"{q['of_aiohttp']:.0%}" if a["healthy"] else "n/a (baseline unhealthy)"
+        by_httpx = f"{q['of_plain']:.0%}" if p["healthy"] else "n/a (baseline unhealthy)"
         print(
-            f"    pool/plain {ratio}  pool/ideal {q['of_ideal']:.0%}  CPU coordinator "
-            f"{q['coordinator_cpu_ms_per_call']:.2f} + workers {q['workers_cpu_ms_per_call']:.2f} ms/call, "
-            f"added beyond plain httpx {q['added_cpu_ms_per_call']:.2f} ms  "
+            f"    pool/aiohttp {by_aiohttp}  pool/httpx {by_httpx}  pool/ideal {q['of_ideal']:.0%}  "
+            f"CPU coordinator {q['coordinator_cpu_ms_per_call']:.2f} + workers "
+            f"{q['workers_cpu_ms_per_call']:.2f} ms/call, added beyond the request itself "
+            f"{q['added_cpu_ms_per_call']:.2f} ms (vs plain aiohttp, the pool's transport; "
+            f"vs plain httpx {q['added_cpu_ms_per_call_vs_httpx']:.2f} ms)  "
             f"peak PSS {q['peak_pss_mb']:.0f} MB"
         )
     print(
         f"added p50 latency per call, one at a time: {r['added_p50_ms']:.2f} ms "
-        "(median of pool - plain pairs)"
+        "(median of pool - plain aiohttp pairs)"
     )
     if r["kb_per_extra_in_flight_call"] is not None:
         print(f"memory per extra in-flight call: {r['kb_per_extra_in_flight_call']:.0f} KB")
@@ -288,7 +299,7 @@ def _print(r: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(
-        description="pool vs raw sockets and plain httpx against a slow local API"
+        description="pool vs raw sockets, plain aiohttp and plain httpx against a slow local API"
     )
     parser.add_argument(
         "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 1024]
