@@ -21,6 +21,7 @@ import uvicorn
 from coordinator.service.app import create_app
 from coordinator.service.config import ServeConfig, load_service_config
 from coordinator.service.gate import Gate
+from coordinator.service.protocol import bounded_httptools
 from coordinator.service.state import Service
 
 __all__ = ["run", "serve"]
@@ -74,13 +75,12 @@ def _uvicorn_config(app: Any, config: ServeConfig) -> uvicorn.Config:
         host=config.host,
         port=config.port,
         lifespan="on",
-        http="h11",
-        loop="asyncio",
+        http=bounded_httptools(config.max_header_bytes),  # C parser: see protocol.py
+        loop="asyncio",  # the loop is the caller's (asyncio.run); uvloop measured no better
         access_log=False,
         log_level="warning",
         ssl_certfile=str(config.tls_cert) if config.tls_cert else None,
         ssl_keyfile=str(config.tls_key) if config.tls_key else None,
-        h11_max_incomplete_event_size=config.max_header_bytes,
         timeout_graceful_shutdown=1,
         timeout_keep_alive=30,
     )
