@@ -13,6 +13,7 @@
 //! | str                        | string          |
 //! | bytes/bytearray/memoryview | blob            |
 //! | list, tuple                | array           |
+//! | rhai.Array (held)          | array (a copy)  |
 //! | dict with str keys         | map (sorted)    |
 //! | callable                   | function pointer|
 //!
@@ -30,6 +31,7 @@ use pyo3::types::{
 };
 use rhai::{Array, Blob, Dynamic, ImmutableString, Map};
 
+use crate::array::Array as HeldArray;
 use crate::host;
 
 /// A conversion failure and the path (innermost segment first) of the bad value.
@@ -194,6 +196,11 @@ fn py_step<'py>(obj: &Bound<'py, PyAny>) -> Result<PyStep<'py>, ConvError> {
     }
     if let Ok(t) = obj.cast::<PyTuple>() {
         return Ok(open_seq(t.iter(), t.len()));
+    }
+    if let Ok(held) = obj.cast::<HeldArray>() {
+        return Ok(PyStep::Leaf(Dynamic::from_array(
+            held.try_borrow().map_err(PyErr::from)?.copy_items(),
+        )));
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(PyStep::Leaf(Dynamic::from_blob(b.as_bytes().to_vec())));

@@ -2,9 +2,10 @@
 //!
 //! This file only declares modules and the `#[pymodule]`; logic lives in
 //! `engine.rs` (engine set-up), `script.rs` (calls), `context.rs` (per-call state),
-//! `convert.rs` (values), `json.rs` (JSON), `host.rs` (Python callables),
+//! `convert.rs` (values), `array.rs` (arrays held in Rust form), `json.rs` (JSON), `host.rs` (Python callables),
 //! `stack.rs` (the stack each call runs on) and `errors.rs` (the exception mapping).
 
+mod array;
 mod context;
 mod convert;
 mod engine;
@@ -24,6 +25,7 @@ fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
     context::remember_main_thread();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("RHAI_VERSION", "1.26.0")?;
+    m.add_class::<array::Array>()?;
     m.add_class::<engine::Engine>()?;
     m.add_class::<script::Script>()?;
     m.add_class::<script::CallResult>()?;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rhai._rhai import (
     RHAI_VERSION,
+    Array,
     Callback,
     CallResult,
     CancelToken,
@@ -37,6 +38,7 @@ from rhai.errors import (
 
 __all__ = [
     "RHAI_VERSION",
+    "Array",
     "CallDepthExceeded",
     "CallResult",
     "Callback",

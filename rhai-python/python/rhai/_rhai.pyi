@@ -1,10 +1,11 @@
 """Type stubs for the native module of rhai-python (hand-written; see ``rhai/__init__.py``)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, final
 
 __all__ = [
     "RHAI_VERSION",
+    "Array",
     "CallResult",
     "Callback",
     "CancelToken",
@@ -19,6 +20,36 @@ __all__ = [
 
 __version__: str
 RHAI_VERSION: str
+
+@final
+class Array:
+    """A Rhai array held in Rust form: its items are converted once, when added.
+
+    Wherever an ``Array`` appears in a call's arguments (at any depth, e.g. as
+    ``ctx["entries"]``) the script gets its own copy, made without converting
+    anything from Python again; what the script does to it never reaches the
+    held items. For a list passed to many calls that changes by appends and
+    removals (a region's entries).
+    """
+
+    def __new__(cls, items: Iterable[Any] | None = None) -> Array:
+        """Convert every item now, as a call argument would be converted.
+
+        Raises:
+            TypeError, OverflowError, ValueError: an item cannot be converted (named ``items[i]...``).
+        """
+    def extend(self, items: Iterable[Any]) -> None:
+        """Append the converted ``items``; nothing is appended if one cannot be converted."""
+    def remove(self, indices: list[int]) -> None:
+        """Remove the items at ``indices`` (any order, repeats allowed); all-or-nothing.
+
+        Raises:
+            IndexError: an index is negative or not below ``len(self)``.
+        """
+    def to_list(self) -> list[Any]:
+        """The items converted back to Python: a new list, for inspection."""
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
 
 @final
 class CancelToken:
