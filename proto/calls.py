@@ -67,6 +67,54 @@ def check_resident(body: Mapping[str, Any], op: Op, kind: Kind, args: list[Any])
     return resident
 
 
+def _plain_call(cls: type[Call], body: Mapping[str, Any]) -> Call | None:
+    """One pass over a CALL body whose every field is plainly valid (no resident list, a float or no
+    timeout); ``None`` when in any doubt, and the field-by-field reader then names the defect.
+
+    Both sides read every CALL (the coordinator checks what it sends): this keeps that check cheap."""
+    fields = _plain_call_fields(body)
+    return None if fields is None else cls(*fields)
+
+
+def _plain_call_fields(body: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    get = body.get
+    ident, op_name, kind_name, sha, window = get("id"), get("op"), get("kind"), get("sha"), get("window")
+    timeout, source, args = get("timeout"), get("source"), get("args")
+    fn, tenant, name = get("fn"), get("tenant"), get("name")
+    if not (
+        type(ident) is int and 0 <= ident <= s.MAX_ID
+        and type(op_name) is str and type(kind_name) is str
+        and type(sha) is str and len(sha) == 64 and _HEX.issuperset(sha)
+        and type(window) is int and 1 <= window <= 1024
+        and (timeout is None or (type(timeout) is float and timeout > 0))
+        and (source is None or type(source) is str)
+        and type(args) is list and type(fn) is str and type(tenant) is str and type(name) is str
+        and get("resident") is None
+    ):  # fmt: skip
+        return None
+    op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
+    if op is None or kind is None:
+        return None
+    return ident, op, kind, sha, fn, args, timeout, tenant, name, source, window, None
+
+
+def _plain_result(cls: type[Result], body: Mapping[str, Any]) -> Result | None:
+    """A RESULT body whose every field is plainly valid, in one pass; ``None`` when in any doubt."""
+    get = body.get
+    ident, wall, cpu, peak_rss, ops, output = (
+        get("id"), get("wall"), get("cpu"), get("peak_rss"), get("ops"), get("output")
+    )  # fmt: skip
+    if not (
+        type(ident) is int and 0 <= ident <= s.MAX_ID
+        and type(wall) is float and type(cpu) is float
+        and type(peak_rss) is int and type(ops) is int
+        and type(output) is list and (not output or all(type(line) is str for line in output))
+        and "value" in body
+    ):  # fmt: skip
+        return None
+    return cls(ident, body["value"], wall, cpu, peak_rss, ops, output)
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """C→W: run ``fn`` of script ``sha`` (source included only when the worker lacks it)."""
@@ -106,6 +154,17 @@ class Call:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Call:
+        """The CALL ``body`` describes; ``MalformedMessage`` naming the first bad field."""
+        return _plain_call(cls, body) or cls._checked(body)
+
+    @classmethod
+    def check(cls, body: Mapping[str, Any]) -> None:
+        """Raise what ``from_body`` would raise for ``body``; nothing is built for a plainly valid one."""
+        if _plain_call_fields(body) is None:
+            cls._checked(body)
+
+    @classmethod
+    def _checked(cls, body: Mapping[str, Any]) -> Call:
         op_name, kind_name, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
         op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
         if op is None or kind is None:
@@ -151,6 +210,11 @@ class Result:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Result:
+        """The RESULT ``body`` describes; ``MalformedMessage`` naming the first bad field."""
+        return _plain_result(cls, body) or cls._checked(body)
+
+    @classmethod
+    def _checked(cls, body: Mapping[str, Any]) -> Result:
         output = s.req_list(body, "output")
         if any(type(line) is not str for line in output):
             raise MalformedMessage("field 'output' must be an array of str")

@@ -86,7 +86,7 @@ def encode(message: Message) -> list[bytes]:
     """
     body = message.to_body()
     if message.COMMAND is Command.CALL:
-        Call.from_body(body)
+        Call.check(body)
     return [_HEADERS[message.COMMAND] + pack(body)]
 
 

@@ -52,6 +52,10 @@ _ARRAY, _MAP = 0, 1
 _CONTAINERS: Final = (dict, list, tuple)
 """What msgpack packs as an array or a map (subclasses included: ``strict_types=False``)."""
 
+_STR_ONLY: Final = frozenset({str})
+_SCALARS: Final = frozenset({str, int, float, bool, bytes, type(None)})
+"""Exact types that are never containers (a subclass of one still goes through ``isinstance``)."""
+
 _UNPACK_OPTIONS: Final[dict[str, Any]] = {
     "raw": False,
     "strict_map_key": True,
@@ -88,17 +92,20 @@ def _check_packable(value: object) -> int:
     deepest = 1
     while stack:
         node, depth = pop()
-        deepest = max(deepest, depth)
+        if depth > deepest:
+            deepest = depth
         if len(node) > MAX_CONTAINER_LEN:
             raise TooLarge(f"{type(node).__name__} of {len(node)} elements exceeds {MAX_CONTAINER_LEN}")
         if isinstance(node, dict):
-            for key, item in node.items():
-                if not isinstance(key, str):
-                    raise MalformedMessage(f"map key of type {type(key).__name__}; keys must be strings")
-                if isinstance(item, _CONTAINERS):
-                    push((item, depth + 1))
-        elif len(node) <= 16 or any(issubclass(t, _CONTAINERS) for t in set(map(type, node))):
-            for item in node:
+            if not _STR_ONLY.issuperset(map(type, node)):
+                for key in node:
+                    if not isinstance(key, str):
+                        raise MalformedMessage(f"map key of type {type(key).__name__}; keys must be strings")
+            items = node.values()
+        else:
+            items = node
+        if not _SCALARS.issuperset(map(type, items)):  # one C-level pass: most values hold no container
+            for item in items:
                 if isinstance(item, _CONTAINERS):
                     push((item, depth + 1))
     return deepest

@@ -21,6 +21,7 @@ from proto import Chunk, Kind, Op
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from coordinator._core.deadlines import Deadline
     from coordinator._core.handles import ScriptHandle
     from coordinator._core.streambudget import StreamBudget, StreamFlow
     from coordinator._core.workers import Placement
@@ -354,7 +355,7 @@ class Attempt:
     worker: Placement
     sent_at: float
     """When its CALL went out (``outcomes.reached``)."""
-    timer: asyncio.TimerHandle | None = None
+    timer: Deadline[Attempt] | None = None
     host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     host_seq: int = 0
     """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""

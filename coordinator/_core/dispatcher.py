@@ -15,7 +15,8 @@
 Owns the ``Placements`` and the supervisor it is built with (it is that supervisor's ``Events``);
 reads process records, never writes them.  Inline calls (region ``call``, every ``load``) run one
 at a time on a worker's loop thread, up to ``region_pipeline`` queued there, only the head's timer
-running; threaded calls (provider, streams) run up to the worker's capacity at once.
+running; threaded calls (provider, streams) run up to the worker's capacity at once.  Every deadline
+shares one loop timer (``coordinator._core.deadlines``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from coordinator._core import outcomes
 from coordinator._core.admission import Admission
 from coordinator._core.calls import Attempt, Call, Observers
 from coordinator._core.config import PoolConfig
+from coordinator._core.deadlines import Deadlines
 from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
 from coordinator._core.placement import Placements
@@ -76,6 +78,7 @@ class Dispatcher(Events):
         self._suspects = Suspects(config.retry.window)
         self._host = HostBridge(router.send_frames, spawn, config.stream_window)
         self._wire_ids = itertools.count(1)
+        self._deadlines: Deadlines[Attempt] = Deadlines(self._loop, self._deadline_passed)
         self.streams = StreamBudget(config.stream_buffer_bytes, config.stream_window)
         self.placements = Placements(config, self._queue, self._quarantine)
         self._admission = Admission(config, self._quarantine)
@@ -199,13 +202,7 @@ class Dispatcher(Events):
         if call.deadline is None:
             call.deadline = now + call.timeout
         delay = call.deadline - now + self._config.deadlines.kill_grace
-        attempt.timer = self._loop.call_later(delay, self._on_deadline, attempt)
-
-    def _on_deadline(self, attempt: Attempt) -> None:
-        try:
-            self._deadline_passed(attempt)
-        except Exception:  # a timer callback: nothing may escape into the event loop
-            log.exception("deadline handling failed")
+        attempt.timer = self._deadlines.arm(attempt, delay)
 
     def _deadline_passed(self, attempt: Attempt) -> None:
         attempt.timer = None
@@ -376,7 +373,7 @@ class Dispatcher(Events):
             if now - call.enqueued_at > limit:
                 self._queue.pop(call)
                 call.finish(Overloaded(f"no worker free within {limit:g} s (queue wait limit)"))
-        for call in [c for c in self._queue if c.time_left(now) <= 0]:
+        for call in [c for c in self._queue.put_back() if c.time_left(now) <= 0]:
             self._queue.pop(call)  # a re-run still waiting for a worker when its timeout ran out
             call.finish(outcomes.out_of_time(call, None))
         self.placements.expire_zombies(now - self._config.deadlines.kill_grace - 60.0)

@@ -24,6 +24,9 @@ class FairQueue:
     def __init__(self) -> None:
         self._tenants: OrderedDict[str, deque[Call]] = OrderedDict()
         self._size = 0
+        self._front: dict[int, Call] = {}
+        """Calls put back at the front (re-runs), by ``id``: the only queued calls whose timeout may
+        already be running, so the periodic sweep looks at these instead of the whole queue."""
 
     def __len__(self) -> int:
         return self._size
@@ -35,6 +38,7 @@ class FairQueue:
         if front:
             fifo.appendleft(call)
             self._tenants.move_to_end(call.tenant, last=False)
+            self._front[id(call)] = call
         else:
             fifo.append(call)
         self._size += 1
@@ -54,8 +58,14 @@ class FairQueue:
             if fifo:
                 yield fifo[0]
 
+    def put_back(self) -> list[Call]:
+        """The calls still waiting that were pushed with ``front=True`` (re-runs), oldest push first."""
+        return list(self._front.values())
+
     def pop(self, call: Call) -> None:
         """Remove ``call`` (normally a head just placed) and move its tenant to the back of the rotation."""
+        if self._front:
+            self._front.pop(id(call), None)
         fifo = self._tenants[call.tenant]
         if fifo and fifo[0] is call:
             fifo.popleft()
@@ -76,8 +86,11 @@ class FairQueue:
             return None
         fifo = self._tenants[longest]
         self._size -= 1
-        return fifo.pop()  # the rotation order stays as it was
+        victim = fifo.pop()  # the rotation order stays as it was
+        self._front.pop(id(victim), None)
+        return victim
 
     def clear(self) -> None:
         self._tenants.clear()
+        self._front.clear()
         self._size = 0

@@ -57,3 +57,20 @@ def test_a_full_queue_pushes_out_the_longest_tenants_newest_call() -> None:
     victim = queue.push_out_for("newcomer")  # a tie: the first tenant in rotation gives way
     assert (victim.tenant, victim.n) == ("flood", 2)
     assert sorted(drain(queue)) == [("flood", 0), ("flood", 1), ("quiet", 0), ("quiet", 1), ("quiet", 2)]
+
+
+def test_put_back_lists_only_the_re_runs_still_waiting() -> None:
+    queue = FairQueue()
+    fresh, rerun, popped, pushed_out = call("a", 0), call("a", -1), call("b", -1), call("c", -2)
+    queue.push(fresh)
+    queue.push(rerun, front=True)
+    queue.push(popped, front=True)
+    queue.pop(popped)
+    assert queue.put_back() == [rerun]
+    for i in range(5):
+        queue.push(call("c", i))
+    queue.push(pushed_out, front=True)  # pushed out as the newest only if it sits last: it does not
+    victim = queue.push_out_for("a")
+    assert victim is not None and victim.n == 4 and queue.put_back() == [rerun, pushed_out]
+    queue.clear()
+    assert queue.put_back() == []

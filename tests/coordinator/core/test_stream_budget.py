@@ -54,8 +54,12 @@ def test_unread_streams_hold_no_more_than_the_budget_and_reading_resumes_them() 
             for stream in streams:
                 assert [c["i"] async for c in stream] == list(range(N))
                 assert stream.value == N
+            for _ in range(100):  # a stream's end reaches its reader before the pool settles its call
+                if pool.statistics().inflight == 0:
+                    break
+                await asyncio.sleep(0.01)
             stats = pool.statistics()
-            assert stats.stream_bytes == 0 and stats.calls_ok == STREAMS
+            assert stats.stream_bytes == 0 and stats.calls_ok == STREAMS + 1  # and the load
             assert stats.stream_bytes_peak <= BUDGET + STREAMS * CHUNK
 
     run(scenario())

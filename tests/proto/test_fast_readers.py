@@ -1,0 +1,94 @@
+"""The one-pass readers of CALL and RESULT bodies agree with the field-by-field ones, always.
+
+``Call.from_body`` and ``Result.from_body`` first try a single pass that accepts only plainly valid
+bodies and otherwise defer to the careful reader (which names the defect).  Whatever a body holds,
+the answer must be the careful reader's: the same message, or the same error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proto import Call, MalformedMessage, Result, decode, encode
+
+SHA = "ab" * 32
+
+
+class Text(str):
+    """A str subclass: the careful reader refuses it where an exact str is required."""
+
+
+CALL_BODY: dict[str, Any] = Call(7, "call", "region", SHA, "f", [1], 2.0, "t1", "n.rhai", None, 16).to_body()
+RESULT_BODY: dict[str, Any] = Result(7, {"a": [1]}, 0.5, 0.25, 1024, 3, ["line"]).to_body()
+
+ODD_VALUES: list[Any] = [
+    None, True, False, 0, 1, -1, 2**63, 2**63 - 1, 1024, 1025, 0.0, -1.0, 2.5, float("nan"), "", "call",
+    "stream", "provider", "x" * 64, "AB" * 32, SHA, Text("call"), Text(SHA), [], ["a"], [1], {}, {"k": 1},
+    b"bytes",
+]  # fmt: skip
+
+
+def outcome(read: Any, body: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        return "ok", read(body)
+    except MalformedMessage as exc:
+        return "error", str(exc)
+
+
+@pytest.mark.parametrize("reader", [Call, Result])
+def test_every_field_with_every_odd_value_is_read_as_the_careful_reader_reads_it(reader: Any) -> None:
+    base = CALL_BODY if reader is Call else RESULT_BODY
+    for field in [*base, "resident"] if reader is Call else base:
+        for value in ODD_VALUES:
+            body = {**base, field: value}
+            assert outcome(reader.from_body, body) == outcome(reader._checked, body), (field, value)
+        absent = {k: v for k, v in base.items() if k != field}
+        assert outcome(reader.from_body, absent) == outcome(reader._checked, absent), field
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from([*CALL_BODY, "resident"]), st.sampled_from(ODD_VALUES), max_size=4),
+    st.sets(st.sampled_from(list(CALL_BODY)), max_size=2),
+)
+def test_call_reader_agrees_with_the_careful_one(changes: dict[str, Any], removed: set[str]) -> None:
+    body = {k: v for k, v in {**CALL_BODY, **changes}.items() if k not in removed}
+    careful = outcome(Call._checked, body)
+    assert outcome(Call.from_body, body) == careful
+    checked = outcome(Call.check, body)
+    assert checked[0] == careful[0]
+    if careful[0] == "error":
+        assert checked == careful
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(list(RESULT_BODY)), st.sampled_from(ODD_VALUES), max_size=4),
+    st.sets(st.sampled_from(list(RESULT_BODY)), max_size=2),
+)
+def test_result_reader_agrees_with_the_careful_one(changes: dict[str, Any], removed: set[str]) -> None:
+    body = {k: v for k, v in {**RESULT_BODY, **changes}.items() if k not in removed}
+    assert outcome(Result.from_body, body) == outcome(Result._checked, body)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("timeout", 2), ("output", ["a", 1]), ("op", Text("call")), ("window", 0), ("sha", "AB" * 32)],
+)
+def test_bodies_the_one_pass_defers_are_still_read_or_refused_as_before(field: str, value: Any) -> None:
+    base = RESULT_BODY if field == "output" else CALL_BODY
+    reader = Result if field == "output" else Call
+    body = {**base, field: value}
+    assert outcome(reader.from_body, body) == outcome(reader._checked, body)
+
+
+def test_an_int_timeout_is_read_as_a_float_and_a_resident_call_keeps_its_list() -> None:
+    call = Call.from_body({**CALL_BODY, "timeout": 2})
+    assert call.timeout == 2.0 and type(call.timeout) is float
+    resident = {"key": "k" * 43, "version": 3, "base": None, "drop": [], "entries": [{"id": 1}]}
+    message = Call(9, "call", "region", SHA, "f", [{"entries": []}], 2.0, "t1", resident=resident)
+    assert decode(encode(message)) == message
