@@ -36,6 +36,7 @@ from worker.sandbox._probe import SUCCEEDED, probe
 from worker.sandbox._process import (
     LayerResult,
     cap_malloc_arenas,
+    disable_huge_pages,
     drop_capabilities,
     parent_alive,
     scrub_environment,
@@ -251,7 +252,7 @@ def enter(config: SandboxConfig) -> Report:
 
 def _rlimits(config: SandboxConfig) -> LayerResult:
     active, detail = set_rlimits(config.memory_bytes, config.cpu_seconds, config.open_files, config.file_size)
-    return active, f"{detail}; {cap_malloc_arenas(config.malloc_arenas)}"
+    return active, f"{detail}; {cap_malloc_arenas(config.malloc_arenas)}; {disable_huge_pages()}"
 
 
 def _caps_result(text: str) -> LayerResult:
