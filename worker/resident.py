@@ -9,6 +9,10 @@ that one tenant's entries are never reachable from another's calls, and bounded
 by count and bytes (least recently used first out), so a host cannot bloat a
 worker.  Losing a list is always safe: the next delta is answered
 ``ResidentMissing`` and the coordinator resends it whole.
+
+The lists are kept in Rhai form (``rhai.Array``): each item is converted once,
+when it arrives, and a render gets a copy made in Rust, instead of converting
+every entry from Python on every call.
 """
 
 from __future__ import annotations
@@ -19,17 +23,18 @@ from itertools import compress
 from typing import Any, Final
 
 import msgpack
+import rhai
 
 from proto.values import pack
 from proto.vocabulary import ErrorClass
-from worker.engine import ScriptFailure
+from worker.engine import ScriptFailure, translate
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_KEYS", "ResidentStore"]
 
 DEFAULT_MAX_KEYS: Final = 256
 """Lists kept at once: one per region recently rendered on this worker."""
 DEFAULT_MAX_BYTES: Final = 16 << 20
-"""Sum of the kept items' msgpack sizes (their Python objects take a few times more).
+"""Sum of the kept items' msgpack sizes (their Rhai values take a few times more).
 
 Equal to the largest CALL body, so any list that could be sent whole fits.
 """
@@ -38,7 +43,7 @@ Equal to the largest CALL body, so any list that could be sent whole fits.
 @dataclass(slots=True)
 class _Held:
     version: int
-    entries: list[Any]
+    entries: rhai.Array
     sizes: list[int]
     total: int
 
@@ -67,14 +72,17 @@ class ResidentStore:
         if held is not None:
             self.bytes -= held.total
         base = resident["base"]
-        if base is None:
-            entries = list(resident["entries"])
-            sizes = self._sizes(entries)
-            held = _Held(resident["version"], entries, sizes, sum(sizes))
-        elif held is None or held.version != base or not self._apply(held, resident):
-            raise ScriptFailure(
-                ErrorClass.RESIDENT_MISSING, f"resident entries at version {base} are not held here"
-            )
+        try:
+            if base is None:
+                entries = rhai.Array(resident["entries"])
+                sizes = self._sizes(resident["entries"])
+                held = _Held(resident["version"], entries, sizes, sum(sizes))
+            elif held is None or held.version != base or not self._apply(held, resident):
+                raise ScriptFailure(
+                    ErrorClass.RESIDENT_MISSING, f"resident entries at version {base} are not held here"
+                )
+        except (TypeError, ValueError, OverflowError) as exc:  # an item with no Rhai form: as in a call
+            raise translate(exc) from exc
         held.version = resident["version"]
         if held.total <= self.max_bytes:
             self._keep(slot, held)
@@ -83,25 +91,27 @@ class ResidentStore:
         return [first, *args[1:]]
 
     def _apply(self, held: _Held, resident: dict[str, Any]) -> bool:
-        """Drop then append in place; ``False`` (nothing changed) when an index is out of range."""
+        """Apply the delta in place (``drop`` indexes the list as it was); ``False`` (nothing changed)
+        when an index is out of range."""
         drop: list[int] = resident["drop"]
+        if drop and drop[-1] >= len(held.entries):
+            return False
+        added = resident["entries"]
+        if added:
+            held.entries.extend(added)  # first: it is the step that can fail, and then changes nothing
+            sizes = self._sizes(added)
         if drop:
-            if drop[-1] >= len(held.entries):
-                return False
+            held.entries.remove(drop)
             if drop[-1] == len(drop) - 1:  # the oldest ones: the usual overflow and eviction shape
                 held.total -= sum(held.sizes[: len(drop)])
-                del held.entries[: len(drop)], held.sizes[: len(drop)]
+                del held.sizes[: len(drop)]
             else:
-                mask = bytearray(b"\x01") * len(held.entries)
+                mask = bytearray(b"\x01") * len(held.sizes)
                 for index in drop:
                     mask[index] = 0
                 held.total -= sum(size for size, keep in zip(held.sizes, mask, strict=True) if not keep)
-                held.entries = list(compress(held.entries, mask))
                 held.sizes = list(compress(held.sizes, mask))
-        added = resident["entries"]
         if added:
-            sizes = self._sizes(added)
-            held.entries.extend(added)
             held.sizes.extend(sizes)
             held.total += sum(sizes)
         return True

@@ -145,7 +145,7 @@ def test_deltas_match_the_same_edits_on_a_list(
 
 
 def test_deep_items_are_kept_copied_and_freed_on_a_small_stack() -> None:
-    """Rhai clones and frees nested values recursively: an Array used on a 256 KiB thread must not overflow."""
+    """Rhai clones and frees nested values recursively: an Array used on a 256 KiB stack must not overflow."""
     code = textwrap.dedent(
         """
         import threading, rhai
@@ -169,6 +169,8 @@ def test_deep_items_are_kept_copied_and_freed_on_a_small_stack() -> None:
         print(out)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.strip() == "[3, 3]"

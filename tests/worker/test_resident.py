@@ -15,6 +15,7 @@ from typing import Any
 
 import msgpack
 import pytest
+import rhai
 from bare_worker import BareWorker
 
 from proto import Call, Error, Ready, Result
@@ -127,6 +128,32 @@ def test_byte_bound_counts_msgpack_sizes_and_skips_oversized_lists() -> None:
     assert store.bytes <= size + 10 and len(store) == 2
     missing(store, delta(2, 1, [], []))
     assert DEFAULT_MAX_BYTES >= 16 << 20  # any list that fits in one CALL body fits in the store
+
+
+def test_lists_are_kept_in_rhai_form_and_each_hook_gets_its_own_copy() -> None:
+    store = ResidentStore()
+    script = rhai.Engine().compile(
+        "fn render(ctx) { ctx.entries[0].tokens = 99; ctx.entries.pop(); ctx.entries }"
+    )
+    args = store.args_for("t", whole(1, [item(0), item(1)]), [{"entries": []}])
+    assert isinstance(args[0]["entries"], rhai.Array)
+    assert script.call("render", *args) == [{**item(0), "tokens": 99}]
+    again = store.args_for("t", delta(2, 1, [], [item(2)]), [{"entries": []}])
+    assert script.call("render", *again) == [{**item(0), "tokens": 99}, item(1)]
+    assert spliced(store, delta(2, 2, [], [])) == [item(0), item(1), item(2)]
+
+
+def test_an_item_with_no_rhai_form_fails_the_call_as_an_invalid_value() -> None:
+    store = ResidentStore()
+    with pytest.raises(ScriptFailure) as caught:
+        store.args_for("t", whole(1, [item(0), {"bad": object()}]), [{"entries": []}])
+    assert caught.value.cls == "InvalidValue" and len(store) == 0 and store.bytes == 0
+    spliced(store, whole(1, [item(0)]))
+    with pytest.raises(ScriptFailure) as caught:
+        store.args_for("t", delta(2, 1, [0], [item(1), object()]), [{"entries": []}])
+    assert caught.value.cls == "InvalidValue"
+    missing(store, delta(2, 1, [], []))  # the list is not kept half-changed: the next call resends it
+    assert len(store) == 0 and store.bytes == 0
 
 
 # -- a real worker ------------------------------------------------------------
