@@ -9,9 +9,11 @@ them all like a hook that threw (SPEC §0).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from operator import is_
+from typing import Any, Protocol, cast
 
 from coordinator.regions.model import Entry, to_rhai_json
 
@@ -25,6 +27,7 @@ __all__ = [
     "on_overflow_ctx",
     "on_write_ctx",
     "render_ctx",
+    "reuse_entry_ctxs",
 ]
 
 
@@ -109,6 +112,28 @@ def entry_ctx(entry: Entry) -> dict[str, Any]:
     """One entry as hooks see it (§1.5), ready for Rhai."""
     ctx: dict[str, Any] = to_rhai_json(entry.to_ctx())
     return ctx
+
+
+def reuse_entry_ctxs(
+    old: list[Entry], ctxs: list[dict[str, Any]], entries: Sequence[Entry]
+) -> list[dict[str, Any]]:
+    """``entries``' ctx dicts, reusing ``ctxs`` (those of ``old``) for the entries still there.
+
+    An unchanged or appended-to list is recognised by identity at C speed; any
+    other change costs one C-speed dict lookup per entry.  ``old`` holds its
+    entries alive, so an id found there is that very entry.
+    """
+    kept = len(old)
+    if len(entries) >= kept and all(map(is_, old, entries)):
+        return ctxs + list(map(entry_ctx, entries[kept:])) if len(entries) > kept else ctxs
+    lookup: Callable[[int], dict[str, Any] | None] = dict(zip(map(id, old), ctxs, strict=True)).get
+    found = list(map(lookup, map(id, entries)))
+    fresh = -1
+    with contextlib.suppress(ValueError):  # ``index`` raises once no entry is left to build
+        while True:
+            fresh = found.index(None, fresh + 1)
+            found[fresh] = entry_ctx(entries[fresh])
+    return cast(list[dict[str, Any]], found)
 
 
 def render_ctx(region: RegionState, entries: Sequence[dict[str, Any]], meta: RenderMeta) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from operator import attrgetter
+from typing import Any, Final, Literal
 
 from coordinator.regions.eviction import Removal, oldest_group_size, remove_indices, validate_indices
 from coordinator.regions.hooks import (
@@ -21,10 +22,10 @@ from coordinator.regions.hooks import (
     RegionState,
     RenderMeta,
     ScriptInfo,
-    entry_ctx,
     on_overflow_ctx,
     on_write_ctx,
     render_ctx,
+    reuse_entry_ctxs,
 )
 from coordinator.regions.model import Entry, EntryKind, ToolCall, Volatility, plain_json
 from coordinator.regions.render import InvalidShape, RenderOutput, fallback_blocks, interpret_render
@@ -35,6 +36,7 @@ from coordinator.regions.writes import BudgetExceeded, RegionFull, interpret_on_
 __all__ = ["Admission", "Region"]
 
 Admission = Literal["evict", "reject"]
+_TOKENS: Final = attrgetter("tokens")
 _log = logging.getLogger("rhaipool.regions")
 _log.addHandler(logging.NullHandler())  # a library logs; the host decides where it goes
 
@@ -75,7 +77,8 @@ class Region:
         self._runner = runner
         self._clock = clock
         self._entries: list[Entry] = []
-        self._wire: dict[int, tuple[Entry, dict[str, Any]]] = {}
+        self._shown: tuple[list[Entry], list[dict[str, Any]]] = ([], [])
+        """The entries the last hook saw and their ctx dicts (``_entry_ctxs``)."""
         self._lock = asyncio.Lock()
 
     # -- state -----------------------------------------------------------
@@ -98,24 +101,21 @@ class Region:
     @property
     def current_tokens(self) -> int:
         """Sum of the stored entries' tokens."""
-        return sum(entry.tokens for entry in self._entries)
+        return sum(map(_TOKENS, self._entries))
 
     def state(self) -> RegionState:
         """The ``ctx.region`` object for the next hook call."""
         return RegionState(self.name, self.budget, self.current_tokens, len(self._entries))
 
     def _entry_ctxs(self, entries: Sequence[Entry]) -> list[dict[str, Any]]:
-        """Hook-shaped entries, each built once: renders run every inference, entries rarely change."""
-        if len(self._wire) > 2 * len(entries) + 64:
-            self._wire = {id(e): pair for e in entries if (pair := self._wire.get(id(e))) and pair[0] is e}
-        out = []
-        for entry in entries:
-            cached = self._wire.get(id(entry))
-            if cached is None or cached[0] is not entry:
-                cached = (entry, entry_ctx(entry))
-                self._wire[id(entry)] = cached
-            out.append(cached[1])
-        return out
+        """Hook-shaped entries, each built once: renders run every inference, entries rarely change.
+
+        No Python runs per kept entry (see ``reuse_entry_ctxs``).  An entry keeps its
+        dict while it stays: the resident deltas match items by identity.
+        """
+        ctxs = reuse_entry_ctxs(*self._shown, entries)
+        self._shown = (list(entries), ctxs)
+        return ctxs
 
     def restore(self, entries: Iterable[Entry]) -> None:
         """Re-add entries (snapshot restore, layout swap): no ``on_write``, no budget check."""
