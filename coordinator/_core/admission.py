@@ -9,7 +9,6 @@ turn rather than fail (``coordinator._core.placement``).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from coordinator._core import outcomes
@@ -37,7 +36,7 @@ class Admission:
     def __init__(self, config: PoolConfig, quarantine: Quarantine) -> None:
         self._config, self._quarantine = config, quarantine
         self.cpu = CpuLedger(config.tenant_cpu_seconds_per_minute)
-        self._outstanding: Counter[str] = Counter()
+        self._outstanding: dict[str, int] = {}
         """Calls of each tenant accepted and not yet settled (queued or at a worker)."""
 
     def refuse(self, call: Call, now: float, placed: int) -> CallFailed | QuotaExceeded | None:
@@ -56,7 +55,7 @@ class Admission:
             self.cpu.check(tenant, now)
         except QuotaExceeded as refused:
             return refused
-        outstanding, config = self._outstanding[tenant], self._config
+        outstanding, config = self._outstanding.get(tenant, 0), self._config
         if config.tenant_max_calls is not None and outstanding >= config.tenant_max_calls:
             return TooManyCallsInFlight(
                 f"{outstanding} calls unfinished (quota {config.tenant_max_calls})",
@@ -71,14 +70,17 @@ class Admission:
         return None
 
     def admitted(self, call: Call) -> None:
-        self._outstanding[call.tenant] += 1
+        self._outstanding[call.tenant] = self._outstanding.get(call.tenant, 0) + 1
 
     def settled(self, call: Call, now: float) -> None:
         """``call`` ended: it no longer counts, and what it ran is charged to its tenant's CPU."""
-        self._outstanding[call.tenant] -= 1
-        if self._outstanding[call.tenant] <= 0:
-            del self._outstanding[call.tenant]
-        self.cpu.charge(call.tenant, self._cost(call), now)
+        left = self._outstanding.get(call.tenant, 0) - 1
+        if left <= 0:
+            self._outstanding.pop(call.tenant, None)
+        else:
+            self._outstanding[call.tenant] = left
+        if self.cpu.budgeted:
+            self.cpu.charge(call.tenant, self._cost(call), now)
 
     @staticmethod
     def _cost(call: Call) -> float:

@@ -97,7 +97,7 @@ class Dispatcher(Events):
         if self.closing:
             call.finish(PoolClosed("the pool is closed"))
             return
-        if refused := self._admission.refuse(call, now, self.placements.per_tenant[call.tenant]):
+        if refused := self._admission.refuse(call, now, self.placements.per_tenant.get(call.tenant, 0)):
             call.finish(refused)  # quarantined, or over one of its tenant's quotas
             self.observers.tell(call)
             return
@@ -143,6 +143,8 @@ class Dispatcher(Events):
 
     def pump(self) -> None:
         """Place queued calls, tenant by tenant in rotation, until nothing more fits."""
+        if not self._queue and not self.placements.any_reserved:
+            return  # nothing waits, nothing is held back: the common case after each answer
         progress = True
         while progress and self._queue:
             progress = False

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -47,8 +46,9 @@ class Placements:
         self._by_identity: dict[bytes, Placement] = {}
         self.owners = Owners(config.dedicated_workers, config.worker_count, config.dedicated_node_groups)
         self.active: list[Placement] = []
-        self.per_tenant: Counter[str] = Counter()
-        """Attempts at workers per tenant (``tenant_max_inflight``)."""
+        self.per_tenant: dict[str, int] = {}
+        """Attempts at workers per tenant (``tenant_max_inflight``); a tenant holding none is absent.
+        A plain dict: ``Counter``'s ``__missing__`` and ``__delitem__`` are Python, on every call."""
 
     def get(self, process: WorkerProcess) -> Placement | None:
         return self._by_identity.get(process.identity)
@@ -74,12 +74,16 @@ class Placements:
         return iter(list(self._by_identity.values()))
 
     def placed(self, tenant: str) -> None:
-        self.per_tenant[tenant] += 1
+        per_tenant = self.per_tenant
+        per_tenant[tenant] = per_tenant.get(tenant, 0) + 1
 
     def released(self, tenant: str) -> None:
-        self.per_tenant[tenant] -= 1
-        if not self.per_tenant[tenant]:
-            del self.per_tenant[tenant]
+        per_tenant = self.per_tenant
+        held = per_tenant.get(tenant, 0) - 1
+        if held:
+            per_tenant[tenant] = held
+        else:
+            del per_tenant[tenant]
 
     def expire_zombies(self, before: float) -> None:
         """Stop expecting replies to attempts given up on before ``before`` (long forgotten)."""
@@ -120,7 +124,7 @@ class Placements:
 
     def _capped(self, tenant: str) -> bool:
         """At ``tenant_max_inflight``, or (while others wait) at its fair share."""
-        held, cap = self.per_tenant[tenant], self._config.tenant_max_inflight
+        held, cap = self.per_tenant.get(tenant, 0), self._config.tenant_max_inflight
         if cap is not None and held >= cap:
             return True
         return self._config.tenant_fair_share and held >= self._fair_share(tenant)
@@ -133,7 +137,7 @@ class Placements:
         waiting = (
             queued - {tenant}
             if cap is None
-            else {t for t in queued if t != tenant and self.per_tenant[t] < cap}
+            else {t for t in queued if t != tenant and self.per_tenant.get(t, 0) < cap}
         )
         if not waiting:
             return math.inf
@@ -154,6 +158,11 @@ class Placements:
         if apart:
             return not others
         return not any(self._offender(other, now) for other in others)
+
+    @property
+    def any_reserved(self) -> bool:
+        """Whether a worker is being kept free for a suspect's or an offender's call."""
+        return any(w.reserved for w in self.active)
 
     def reserve(self, suspect_waiting: bool | None = None) -> None:
         """While a suspect's call (or an offender's, given two workers or more) waits, keep one worker

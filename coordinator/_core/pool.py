@@ -231,10 +231,8 @@ class Pool:
 
         ``resident`` (region calls) keeps ``args[0]["entries"]`` in the worker between calls.
         """
-        result = await self.call_detailed(
-            handle, function, *args, timeout=timeout, tenant=tenant, host=host, resident=resident
-        )
-        return result.value
+        result = await self._run(handle, Op.CALL, function, list(args), timeout, tenant, host, resident)
+        return result.value  # what ``call_detailed`` returns, one coroutine frame fewer per call
 
     async def call_detailed(
         self,

@@ -32,6 +32,11 @@ class CpuLedger:
         self._charges: dict[str, deque[tuple[float, float]]] = {}
         self._totals: dict[str, float] = {}
 
+    @property
+    def budgeted(self) -> bool:
+        """Whether there is a budget at all (without one, nothing is charged: callers skip the cost)."""
+        return self._budget is not None
+
     def charge(self, tenant: str, seconds: float, now: float) -> None:
         """A call of ``tenant`` used ``seconds`` of CPU (or of a worker it held alone)."""
         if self._budget is None or seconds <= 0:
