@@ -88,7 +88,9 @@ def create_app(service: Service) -> Any:
             await service.stop()
 
     router = Starlette(
-        routes=[*routes_ops.ROUTES, *routes_scripts.ROUTES, *routes_regions.ROUTES, *routes_providers.ROUTES],
+        # The router tries routes in order (a regex each, ~1 us apiece): the per-call data plane first.
+        # No two routes match the same method and path, so the order changes nothing else.
+        routes=[*routes_providers.ROUTES, *routes_regions.ROUTES, *routes_scripts.ROUTES, *routes_ops.ROUTES],
         exception_handlers={
             HTTPError: _http_error,
             HTTPException: _starlette_error,

@@ -95,7 +95,7 @@ class Gate:
                 self._idle.set()
             tenant = str(facts.get("tenant", ""))
             if tenant:
-                self.metrics.inflight.labels(tenant).dec()
+                self.metrics.child(self.metrics.inflight, tenant).dec()
             endpoint = scope.get("endpoint")
             kind = getattr(endpoint, "__name__", "unknown") if endpoint is not None else "not_found"
             elapsed = time.perf_counter() - begun

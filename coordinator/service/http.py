@@ -74,7 +74,7 @@ def _note_tenant(request: Request, tenant: str) -> None:
         facts["tenant"] = tenant
         metrics = getattr(request.app.state, "metrics", None)
         if metrics is not None:
-            metrics.inflight.labels(tenant).inc()
+            metrics.child(metrics.inflight, tenant).inc()
 
 
 def require_admin(request: Request) -> None:

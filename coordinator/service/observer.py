@@ -92,13 +92,13 @@ class CallObserver:
     def __call__(self, ended: CallEnded) -> None:
         m = self.metrics
         if ended.queue_wait is not None:
-            m.queue_wait.labels(ended.tenant, ended.kind).observe(max(ended.queue_wait, 0.0))
+            m.child(m.queue_wait, ended.tenant, ended.kind).observe(max(ended.queue_wait, 0.0))
         reason = refusal_reason(ended.error)
         if reason is not None:
             m.refusals.labels(ended.tenant, reason).inc()
         if ended.result is None:
             return
-        m.execution.labels(ended.tenant, ended.kind).observe(ended.result.wall)
+        m.child(m.execution, ended.tenant, ended.kind).observe(ended.result.wall)
         if ended.result.output and output_log.isEnabledFor(logging.INFO):
             self._log_output(ended)
 
