@@ -214,7 +214,7 @@ def bench_regions(ctx: click.Context) -> None:
 @bench.command("providers", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_providers(ctx: click.Context) -> None:
-    """256 concurrent inferences through the pool vs plain httpx (--help for options)."""
+    """Inferences through the pool vs raw sockets, plain aiohttp and plain httpx (--help for options)."""
     from coordinator.bench.providers import main as run
 
     run(ctx.args)
