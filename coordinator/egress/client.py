@@ -5,7 +5,7 @@
                                                                           │ IP literal: check_address
                                                                           ▼
                   aiohttp.ClientSession + TCPConnector of the request's address policy
-                                                                          │ _PolicyResolver: resolve,
+                                                                          │ PolicyResolver: resolve,
                                                                           ▼ keep allowed addresses, connect
 
 Transport rules (SPEC §3.15): connect timeout 30 s, TCP keepalive 30 s, a total deadline per request,
@@ -16,8 +16,9 @@ from the environment. Connections are pooled (allowed by SPEC §0); pools are ke
 policy so a connection opened under one provider's ``egress_allow`` is never reused by a provider
 without it. aiohttp resolves names through the connector's resolver, which here filters every
 address through the policy; it never consults the resolver for an IP-literal host, so those are
-checked before every hop (``_check_literal``). Unix sockets cannot be reached: only http(s) URLs
-are accepted and the connector is TCP only.
+checked before every hop (both in ``connect.py``). Unix sockets cannot be reached: only http(s) URLs
+are accepted and the connector is TCP only. Content codings are undone by ``encoding.py``, not by
+aiohttp, so bodies do not depend on which optional codecs are installed.
 
 Why aiohttp, not httpx: 256 concurrent keep-alive GETs against
 ``python -m coordinator.bench.standin --delay 0.1`` (2 cores, same run) cost plain
@@ -30,9 +31,7 @@ downgraded (the reference falls back to HTTP/1.1 itself, so providers work on 1.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import re
-import socket
 import ssl
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable
@@ -42,17 +41,15 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import certifi
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.helpers import is_ip_address
 from multidict import CIMultiDict
 from yarl import URL
 
 from coordinator.egress.body import body_chunks, decode_lossy, read_capped, readable_text
 from coordinator.egress.budgets import EgressLimits, Reservation, TenantBudgets
+from coordinator.egress.connect import NoAllowedAddress, PolicyResolver, check_literal, keepalive_socket
 from coordinator.egress.encoding import ACCEPT_ENCODING
 from coordinator.egress.errors import (
     TRANSPORT_ERRORS,
-    DnsFailure,
     HostError,
     InvalidRequest,
     TooManyRedirects,
@@ -68,7 +65,6 @@ __all__ = ["CONNECT_TIMEOUT_SECS", "MAX_REDIRECTS", "Egress"]
 
 CONNECT_TIMEOUT_SECS = 30.0
 MAX_REDIRECTS = 5
-KEEPALIVE_IDLE_SECS = 30
 _RETRY_SLEEPS = (0.2, 0.4)
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 #: Headers that describe the body; dropped with it when a redirect turns the request into a GET.
@@ -79,61 +75,6 @@ _MAX_LINE = 16384
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
-class _NoAllowedAddress(Exception):
-    """The resolver found only addresses the policy refuses (turned into EgressDenied by the caller)."""
-
-    def __init__(self, host: str, address: str) -> None:
-        super().__init__(host, address)
-        self.host, self.address = host, address
-
-
-class _PolicyResolver(AbstractResolver):
-    """Resolves a name and returns only the addresses its policy allows, so nothing else is dialled."""
-
-    def __init__(self, policy: EgressPolicy) -> None:
-        self._policy = policy
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_UNSPEC
-    ) -> list[ResolveResult]:
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, family=family
-            )
-        except socket.gaierror as exc:
-            raise DnsFailure(f"dns error: failed to lookup address for {host}: {exc}") from exc
-        results: list[ResolveResult] = []
-        for fam, _, proto, _, sockaddr in infos:
-            address = str(sockaddr[0])
-            if self._policy.address_allowed(host, address) and all(r["host"] != address for r in results):
-                results.append(
-                    ResolveResult(
-                        hostname=host,
-                        host=address,
-                        port=port,
-                        family=fam,
-                        proto=proto,
-                        flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
-                    )
-                )
-        if not results:
-            raise _NoAllowedAddress(host, str(infos[0][4][0]))
-        return results
-
-    async def close(self) -> None:
-        """Nothing held."""
-
-
-def _keepalive_socket(addr_info: Any) -> socket.socket:
-    """A TCP socket with keepalive probes after 30 s idle (SPEC §3.15)."""
-    family, kind, proto, _, _ = addr_info
-    sock = socket.socket(family=family, type=kind, proto=proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    if hasattr(socket, "TCP_KEEPIDLE"):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_SECS)
-    return sock
-
-
 @dataclass(slots=True)
 class _Request:
     method: str
@@ -142,19 +83,6 @@ class _Request:
     headers: CIMultiDict[str]
     written: str
     """The URL as written (messages name its host as written: ``::ffff:127.0.0.1``, not normalised)."""
-
-
-def _check_literal(policy: EgressPolicy, request: _Request) -> None:
-    """An IP-literal host skips the connector's resolver, so its address is judged here, every hop."""
-    host = request.url.raw_host or ""
-    if not is_ip_address(host):
-        return
-    shown = (urlsplit(request.written).hostname or host).lower()
-    try:
-        address = str(ipaddress.ip_address(host.strip("[]")))
-    except ValueError:
-        raise EgressDenied(f"egress refused: {shown!r} is not a canonical IP address") from None
-    policy.check_address(shown, address)
 
 
 def _port_of(url: str) -> int | None:
@@ -212,10 +140,10 @@ class Egress:
         connector = aiohttp.TCPConnector(
             limit=self._max_connections,
             limit_per_host=0,
-            resolver=_PolicyResolver(policy),
+            resolver=PolicyResolver(policy),
             ssl=self._ssl,
             keepalive_timeout=5.0,
-            socket_factory=_keepalive_socket,
+            socket_factory=keepalive_socket,
         )
         session = aiohttp.ClientSession(
             connector=connector,
@@ -253,7 +181,7 @@ class Egress:
         return _Request(method, target, content, CIMultiDict(headers), url)
 
     async def _open(self, policy: EgressPolicy, request: _Request) -> aiohttp.ClientResponse:
-        _check_literal(policy, request)
+        check_literal(policy, request.url, request.written)
         try:
             return await self._session(policy).request(
                 request.method,
@@ -262,7 +190,7 @@ class Egress:
                 headers=request.headers,
                 allow_redirects=False,
             )
-        except _NoAllowedAddress as exc:
+        except NoAllowedAddress as exc:
             policy.check_address(exc.host, exc.address)  # the message names this request's provider
             raise EgressDenied(f"egress refused: no allowed address for {exc.host!r}") from exc
 
