@@ -10,8 +10,6 @@
 //! reaches the held items. Nested values are cloned and freed recursively by
 //! rhai, so every clone and free happens on a big stack (see `stack.rs`).
 
-use std::collections::HashSet;
-
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -79,13 +77,14 @@ impl Array {
     /// Removes the items at `indices` (any order, repeats allowed); all-or-nothing,
     /// `IndexError` if one is out of range.
     fn remove(&mut self, indices: Vec<i64>) -> PyResult<()> {
+        if indices.is_empty() {
+            return Ok(());
+        }
         let len = self.items.len();
-        let mut doomed = HashSet::with_capacity(indices.len());
+        let mut doomed = vec![false; len];
         for index in indices {
             match usize::try_from(index) {
-                Ok(i) if i < len => {
-                    doomed.insert(i);
-                }
+                Ok(i) if i < len => doomed[i] = true,
                 _ => {
                     return Err(PyIndexError::new_err(format!(
                         "index {index} is out of range for an Array of {len} items"
@@ -93,19 +92,16 @@ impl Array {
                 }
             }
         }
-        if doomed.is_empty() {
-            return Ok(());
-        }
-        let old = std::mem::take(&mut self.items);
-        let mut removed = Vec::with_capacity(doomed.len());
-        self.items.reserve(len - doomed.len());
-        for (i, item) in old.into_iter().enumerate() {
-            if doomed.contains(&i) {
+        let mut removed = Vec::new();
+        let mut kept = rhai::Array::with_capacity(len);
+        for (item, gone) in std::mem::take(&mut self.items).into_iter().zip(doomed) {
+            if gone {
                 removed.push(item);
             } else {
-                self.items.push(item);
+                kept.push(item);
             }
         }
+        self.items = kept;
         free(removed);
         Ok(())
     }
