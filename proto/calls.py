@@ -67,6 +67,19 @@ def check_resident(body: Mapping[str, Any], op: Op, kind: Kind, args: list[Any])
     return resident
 
 
+_SEEN_SHAS: Final[set[str]] = set()
+"""Script hashes already found well-formed: a pool calls few scripts many times (bounded below)."""
+
+
+def _plain_sha(sha: str) -> bool:
+    if len(sha) != 64 or not _HEX.issuperset(sha):
+        return False
+    if len(_SEEN_SHAS) >= 4096:
+        _SEEN_SHAS.clear()
+    _SEEN_SHAS.add(sha)
+    return True
+
+
 def _plain_call(cls: type[Call], body: Mapping[str, Any]) -> Call | None:
     """One pass over a CALL body whose every field is plainly valid (no resident list, a float or no
     timeout); ``None`` when in any doubt, and the field-by-field reader then names the defect.
@@ -84,7 +97,7 @@ def _plain_call_fields(body: Mapping[str, Any]) -> tuple[Any, ...] | None:
     if not (
         type(ident) is int and 0 <= ident <= s.MAX_ID
         and type(op_name) is str and type(kind_name) is str
-        and type(sha) is str and len(sha) == 64 and _HEX.issuperset(sha)
+        and type(sha) is str and (sha in _SEEN_SHAS or _plain_sha(sha))
         and type(window) is int and 1 <= window <= 1024
         and (timeout is None or (type(timeout) is float and timeout > 0))
         and (source is None or type(source) is str)

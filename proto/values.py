@@ -70,6 +70,8 @@ _UNPACK_OPTIONS: Final[dict[str, Any]] = {
 
 def _string_keys(obj: dict[Any, Any]) -> dict[Any, Any]:
     """Reject maps with binary keys; msgpack's strict_map_key still admits bytes."""
+    if _STR_ONLY.issuperset(map(type, obj)):  # one C-level pass (str subclasses never come off the wire)
+        return obj
     for key in obj:
         if type(key) is not str:
             raise MalformedMessage(f"map key of type {type(key).__name__}; keys must be strings")

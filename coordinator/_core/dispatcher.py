@@ -149,8 +149,8 @@ class Dispatcher(Events):
         while progress and self._queue:
             progress = False
             for call in list(self._queue.heads()):
-                if call.done or self._place(call):  # its caller gave up while it waited
-                    self._queue.pop(call)
+                if call.done or (self.placements.has_room(call.inline) and self._place(call)):
+                    self._queue.pop(call)  # placed, or its caller gave up while it waited
                     progress = True
         self.placements.reserve()
 

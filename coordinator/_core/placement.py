@@ -93,24 +93,27 @@ class Placements:
 
     def pick(self, call: Call) -> Placement | None:
         """The best ACTIVE worker for ``call`` now, or ``None`` if none has room (or its tenant is capped)."""
-        if self._capped(call.tenant):
+        tenant = call.tenant
+        if self._capped(tenant):
             return None
-        now = time.monotonic()
         offenders = self._quarantine is not None and self._quarantine.offenders > 0
-        apart = offenders and self._offender(call.tenant, now)
+        now = time.monotonic() if offenders else 0.0  # only offenders' records need the time
+        apart = offenders and self._offender(tenant, now)
+        owners = self.owners if self.owners else None
+        inline, alone, pipeline = call.inline, call.alone, self._config.region_pipeline
         key, best, best_score = (call.handle.kind, call.handle.sha256), None, None
         for worker in self.active:
-            if worker.alone or (worker.attempts if call.alone else worker.reserved and not apart):
+            if worker.alone or (worker.attempts if alone else worker.reserved and not apart):
                 continue
-            if offenders and not self._may_share(worker, call.tenant, apart, now):
+            if offenders and not self._may_share(worker, tenant, apart, now):
                 continue
-            if self.owners and self.owners.owner(worker.identity) != self._owner_of(call.tenant):
+            if owners is not None and owners.owner(worker.identity) != self._owner_of(tenant):
                 continue
-            if call.inline:
+            if inline:
                 depth = len(worker.inline)
-                if depth >= self._config.region_pipeline:
+                if depth >= pipeline:
                     continue
-                away = call.resident_elsewhere(worker.id)  # a region stays where its entries are
+                away = call.resident is not None and call.resident_elsewhere(worker.id)  # entries stay
                 score: tuple[int, ...] = (depth, away, key not in worker.scripts, worker.threaded)
             else:
                 if worker.threaded >= worker.process.capacity:
@@ -121,6 +124,14 @@ class Placements:
             if best_score is None or score < best_score:
                 best, best_score = worker, score
         return best
+
+    def has_room(self, inline: bool) -> bool:
+        """Whether any ACTIVE worker has a free slot for such a call: what ``pick`` needs first, at a
+        fraction of its cost (the dispatcher's pump asks before each try, most of which find none)."""
+        if inline:
+            pipeline = self._config.region_pipeline
+            return any(len(worker.inline) < pipeline for worker in self.active)
+        return any(worker.threaded < worker.process.capacity for worker in self.active)
 
     def _capped(self, tenant: str) -> bool:
         """At ``tenant_max_inflight``, or (while others wait) at its fair share."""
@@ -134,6 +145,8 @@ class Placements:
         if self._queue is None or not self._queue:
             return math.inf
         cap, queued = self._config.tenant_max_inflight, self._queue.tenants()
+        if len(queued) == 1 and tenant in queued:
+            return math.inf  # only this tenant waits
         waiting = (
             queued - {tenant}
             if cap is None
