@@ -78,6 +78,7 @@ def _uvicorn_config(app: Any, config: ServeConfig) -> uvicorn.Config:
         http=bounded_httptools(config.max_header_bytes),  # C parser: see protocol.py
         loop="asyncio",  # the loop is the caller's (asyncio.run); uvloop measured no better
         access_log=False,
+        proxy_headers=False,  # nothing reads the client's address; the X-Forwarded-* rewrite cost every call
         log_level="warning",
         ssl_certfile=str(config.tls_cert) if config.tls_cert else None,
         ssl_keyfile=str(config.tls_key) if config.tls_key else None,
