@@ -158,14 +158,14 @@ async def assemble(request: Request) -> Response:
     return reply({"request": assembled.to_json(), "reports": [r.to_json() for r in reports]})
 
 
-ROUTES: Final = [
+ROUTES: Final = [  # the per-call operations first: the router tries routes in order
+    Route("/api/regions/{region}/render", render, methods=["POST"]),
+    Route("/api/regions/{region}/write", write, methods=["POST"]),
+    Route("/api/regions/{region}/replace", replace, methods=["POST"]),
+    Route("/api/regions/{region}/evict", evict, methods=["POST"]),
     Route("/api/regions", list_regions, methods=["GET"]),
     Route("/api/regions", create_region, methods=["POST"]),
     Route("/api/regions/{region}", get_region, methods=["GET"]),
     Route("/api/regions/{region}", delete_region, methods=["DELETE"]),
-    Route("/api/regions/{region}/write", write, methods=["POST"]),
-    Route("/api/regions/{region}/replace", replace, methods=["POST"]),
-    Route("/api/regions/{region}/render", render, methods=["POST"]),
-    Route("/api/regions/{region}/evict", evict, methods=["POST"]),
     Route("/api/window/assemble", assemble, methods=["POST"]),
 ]
