@@ -115,13 +115,15 @@ def entry_ctx(entry: Entry) -> dict[str, Any]:
 
 
 def reuse_entry_ctxs(
-    old: list[Entry], ctxs: list[dict[str, Any]], entries: Sequence[Entry]
+    old: Sequence[Entry], ctxs: list[dict[str, Any]], entries: Sequence[Entry]
 ) -> list[dict[str, Any]]:
     """``entries``' ctx dicts, reusing ``ctxs`` (those of ``old``) for the entries still there.
 
-    An unchanged or appended-to list is recognised by identity at C speed; any
-    other change costs one C-speed dict lookup per entry.  ``old`` holds its
-    entries alive, so an id found there is that very entry.
+    An unchanged or appended-to list is recognised by identity at C speed (and
+    an unchanged one gets ``ctxs`` itself back, so the resident deltas see "no
+    change" without comparing again); any other change costs one C-speed dict
+    lookup per entry.  ``old`` holds its entries alive, so an id found there is
+    that very entry.  ``ctxs`` is never changed: a new list is returned.
     """
     kept = len(old)
     if len(entries) >= kept and all(map(is_, old, entries)):
@@ -136,11 +138,16 @@ def reuse_entry_ctxs(
     return cast(list[dict[str, Any]], found)
 
 
+def _as_list(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A list is passed as is, not copied (hook runners never change a ctx; callers cache both)."""
+    return entries if type(entries) is list else list(entries)
+
+
 def render_ctx(region: RegionState, entries: Sequence[dict[str, Any]], meta: RenderMeta) -> dict[str, Any]:
     """The ``render(ctx)`` argument; ``entries`` are ``entry_ctx`` dicts (callers may cache them)."""
     return {
         "region": region.to_json(),
-        "entries": list(entries),
+        "entries": _as_list(entries),
         "stage_name": meta.stage_name,
         "stage_iterations": meta.stage_iterations,
         "model": meta.model,
@@ -162,6 +169,6 @@ def on_overflow_ctx(
     """The ``on_overflow(ctx)`` argument; ``entries`` are ``entry_ctx`` dicts."""
     return {
         "region": region.to_json(),
-        "entries": list(entries),
+        "entries": _as_list(entries),
         "needed_tokens": needed_tokens,
     }

@@ -36,7 +36,7 @@ def entry_delta(old: Sequence[Any], new: Sequence[Any]) -> tuple[list[int], int]
     equals ``{"x": 1.0}`` but a script tells them apart.
     """
     n_old = len(old)
-    if len(new) >= n_old and all(map(is_, old, new)):
+    if new is old or (len(new) >= n_old and all(map(is_, old, new))):
         return [], n_old  # appends only: the common case, checked at C speed
     where = {id(item): k for k, item in enumerate(old)}
     drop: list[int] = []
@@ -72,7 +72,10 @@ class ResidentEntries:
     def prepare(self, entries: list[Any]) -> ResidentCall:
         """The resident part of one call whose ctx carries ``entries`` (the ctx then ships none)."""
         latest = self.history.get(self.version)
-        if latest is None or len(latest) != len(entries) or not all(map(is_, latest, entries)):
+        unchanged = latest is entries or (  # the same list: a region passes its cached one while unchanged
+            latest is not None and len(latest) == len(entries) and all(map(is_, latest, entries))
+        )
+        if not unchanged:
             self.version += 1
             self.history[self.version] = entries
             while len(self.history) > _HISTORY:

@@ -77,7 +77,7 @@ class Region:
         self._runner = runner
         self._clock = clock
         self._entries: list[Entry] = []
-        self._shown: tuple[list[Entry], list[dict[str, Any]]] = ([], [])
+        self._shown: tuple[tuple[Entry, ...], list[dict[str, Any]]] = ((), [])
         """The entries the last hook saw and their ctx dicts (``_entry_ctxs``)."""
         self._lock = asyncio.Lock()
 
@@ -107,14 +107,14 @@ class Region:
         """The ``ctx.region`` object for the next hook call."""
         return RegionState(self.name, self.budget, self.current_tokens, len(self._entries))
 
-    def _entry_ctxs(self, entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    def _entry_ctxs(self, entries: tuple[Entry, ...]) -> list[dict[str, Any]]:
         """Hook-shaped entries, each built once: renders run every inference, entries rarely change.
 
         No Python runs per kept entry (see ``reuse_entry_ctxs``).  An entry keeps its
         dict while it stays: the resident deltas match items by identity.
         """
         ctxs = reuse_entry_ctxs(*self._shown, entries)
-        self._shown = (list(entries), ctxs)
+        self._shown = (entries, ctxs)
         return ctxs
 
     def restore(self, entries: Iterable[Entry]) -> None:
