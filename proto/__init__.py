@@ -22,6 +22,7 @@ from proto.frames import (
     Message,
     decode,
     encode,
+    encode_call,
     signature_for,
 )
 from proto.host import (
@@ -80,6 +81,7 @@ __all__ = [
     "VersionMismatch",
     "decode",
     "encode",
+    "encode_call",
     "pack",
     "rhai_type_name",
     "signature_for",

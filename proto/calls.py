@@ -28,6 +28,7 @@ __all__ = [
     "Credit",
     "Error",
     "Result",
+    "call_body",
     "check_resident",
 ]
 
@@ -128,6 +129,29 @@ def _plain_result(cls: type[Result], body: Mapping[str, Any]) -> Result | None:
     return cls(ident, body["value"], wall, cpu, peak_rss, ops, output)
 
 
+def call_body(
+    id: int, op: Op, kind: Kind, sha: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
+    name: str, source: str | None, window: int, resident: dict[str, Any] | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The body of ``Call(...)``, without building the message (``proto.frames.encode_call``)."""
+    body: dict[str, Any] = {
+        "id": id,
+        "op": str(op),  # the plain string: the receiving schema checks exact types
+        "kind": str(kind),
+        "sha": sha,
+        "fn": fn,
+        "args": args,
+        "timeout": timeout,
+        "tenant": tenant,
+        "name": name,
+        "source": source,
+        "window": window,
+    }
+    if resident is not None:  # absent otherwise: calls without it keep their exact bytes
+        body["resident"] = resident
+    return body
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """C→W: run ``fn`` of script ``sha`` (source included only when the worker lacks it)."""
@@ -148,22 +172,10 @@ class Call:
     """Entries kept in the worker across calls (§6.3): the full list, or a delta from ``base``."""
 
     def to_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.id,
-            "op": str(self.op),  # the plain string: the receiving schema checks exact types
-            "kind": str(self.kind),
-            "sha": self.sha,
-            "fn": self.fn,
-            "args": self.args,
-            "timeout": self.timeout,
-            "tenant": self.tenant,
-            "name": self.name,
-            "source": self.source,
-            "window": self.window,
-        }
-        if self.resident is not None:  # absent otherwise: calls without it keep their exact bytes
-            body["resident"] = self.resident
-        return body
+        return call_body(
+            self.id, self.op, self.kind, self.sha, self.fn, self.args, self.timeout, self.tenant, self.name,
+            self.source, self.window, self.resident,
+        )  # fmt: skip
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Call:

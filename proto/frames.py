@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, Protocol
 
-from proto.calls import Call, Cancel, Chunk, Credit, Error, Result
+from proto.calls import Call, Cancel, Chunk, Credit, Error, Result, call_body
 from proto.commands import COMMAND_FRAMES, Command
 from proto.control import Goodbye, Heartbeat, Ready, Shutdown
 from proto.errors import MalformedMessage, UnknownCommand, VersionMismatch
 from proto.host import HostCall, HostChunk, HostReply
 from proto.schema import as_body
 from proto.values import pack, unpack
+from proto.vocabulary import Kind, Op
 
 __all__ = [
     "HEADER_BYTES",
@@ -29,6 +30,7 @@ __all__ = [
     "Message",
     "decode",
     "encode",
+    "encode_call",
     "signature_for",
 ]
 
@@ -88,6 +90,18 @@ def encode(message: Message) -> list[bytes]:
     if message.COMMAND is Command.CALL:
         Call.check(body)
     return [_HEADERS[message.COMMAND] + pack(body)]
+
+
+def encode_call(
+    id: int, op: Op, kind: Kind, sha: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
+    name: str = "<script>", source: str | None = None, window: int = 16,
+    resident: dict[str, Any] | None = None,
+) -> list[bytes]:  # fmt: skip
+    """``encode(Call(...))`` without building the frozen message first: one CALL per attempt is the
+    coordinator's hot path.  Checked and refused exactly as ``encode`` checks and refuses."""
+    body = call_body(id, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident)
+    Call.check(body)
+    return [_HEADERS[Command.CALL] + pack(body)]
 
 
 def decode(frames: Sequence[bytes]) -> Any:

@@ -18,6 +18,7 @@ the decoder checks every count against the caps and the bytes left.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -157,10 +158,30 @@ def _same_key(key: Any) -> Any:
     return key
 
 
+_PACKER_KEEP_BYTES: Final = 64 * 1024
+"""A thread keeps its packer while what it packs fits here; a bigger body's grown buffer is let go."""
+
+_packers = threading.local()
+
+
+def _pack_plain(value: object) -> bytes:
+    """``msgpack.packb`` with one reused ``Packer`` per thread: ``packb`` builds (and allocates the
+    buffer of) a new one for every message.  Per thread, since the worker packs from several."""
+    packer = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(
+            use_bin_type=True, strict_types=False, datetime=False, buf_size=_PACKER_KEEP_BYTES
+        )
+    data: bytes = packer.pack(value)  # autoreset: the buffer is emptied, after an error too
+    if len(data) > _PACKER_KEEP_BYTES:
+        _packers.packer = None
+    return data
+
+
 def _encode(value: object, depth: int) -> bytes:
     if depth > _MSGPACK_DEPTH:
         return _pack_flat(value)
-    return msgpack.packb(value, use_bin_type=True, strict_types=False, datetime=False)  # type: ignore[no-any-return]
+    return _pack_plain(value)
 
 
 def pack(value: object) -> bytes:

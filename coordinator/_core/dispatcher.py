@@ -56,9 +56,8 @@ from proto import (
     Op,
     ProtocolError,
     Result,
-    encode,
+    encode_call,
 )
-from proto import Call as CallMessage
 
 __all__ = ["Dispatcher"]
 
@@ -163,13 +162,13 @@ class Dispatcher(Events):
             if call.stream is None
             else self.streams.flow(call.stream, lambda n: self._router.send(identity, Credit(wire, 0, n)))
         )
-        message = CallMessage(
-            wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.attempt_timeout(now),
-            call.tenant, handle.name, source, self._config.stream_window if flow is None else flow.opening(),
-            None if call.resident is None else call.resident.wire(worker.id),
-        )  # fmt: skip
         try:
-            frames = encode(message)
+            frames = encode_call(
+                wire, call.op, handle.kind, handle.sha256, call.fn, call.args, call.attempt_timeout(now),
+                call.tenant, handle.name, source,
+                self._config.stream_window if flow is None else flow.opening(),
+                None if call.resident is None else call.resident.wire(worker.id),
+            )  # fmt: skip
         except ProtocolError as exc:
             if flow is not None:
                 flow.close()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proto import Call, MalformedMessage, Result, decode, encode
+from proto import Call, MalformedMessage, ProtocolError, Result, decode, encode, encode_call
 
 SHA = "ab" * 32
 
@@ -92,3 +92,34 @@ def test_an_int_timeout_is_read_as_a_float_and_a_resident_call_keeps_its_list() 
     resident = {"key": "k" * 43, "version": 3, "base": None, "drop": [], "entries": [{"id": 1}]}
     message = Call(9, "call", "region", SHA, "f", [{"entries": []}], 2.0, "t1", resident=resident)
     assert decode(encode(message)) == message
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (7, "call", "region", SHA, "f", [1], 2.0, "t1"),
+        (8, "stream", "provider", SHA, "f", [{"a": [1, 2]}], None, "t1", "p.rhai", "fn f() {}", 4),
+        (9, "call", "region", SHA, "f", [{"entries": []}], 2.0, "t1", "r.rhai", None, 16,
+         {"key": "k" * 43, "version": 3, "base": 2, "drop": [0], "entries": []}),
+    ],
+)  # fmt: skip
+def test_encode_call_sends_the_bytes_encode_sends(fields: tuple[Any, ...]) -> None:
+    assert encode_call(*fields) == encode(Call(*fields))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (7, "call", "region", SHA, "f", [1], 0.0, "t1"),  # a timeout the wire cannot carry
+        (7, "call", "region", SHA, "f", [{1: 2}], 2.0, "t1"),  # a map key that is not a string
+        (7, "call", "region", SHA, 3, [1], 2.0, "t1"),  # a function name that is not a string
+        (7, "call", "region", SHA, "f", [1], 2.0, "t1", "n", None, 16, {"key": "short"}),
+    ],
+)
+def test_encode_call_refuses_what_encode_refuses(fields: tuple[Any, ...]) -> None:
+    with pytest.raises(ProtocolError) as refused:
+        encode(Call(*fields))
+    with pytest.raises(ProtocolError) as also_refused:
+        encode_call(*fields)
+    assert type(also_refused.value) is type(refused.value)
+    assert str(also_refused.value) == str(refused.value)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import msgpack
 import pytest
 
@@ -164,3 +167,24 @@ def test_an_int_past_the_float_range_has_no_wire_form() -> None:
         pack({"n": [2**1024]})
     with pytest.raises(MalformedMessage):
         pack(-(10**400))
+
+
+def test_a_refused_or_big_value_leaves_nothing_behind_for_the_next_one() -> None:
+    """``pack`` reuses one packer per thread: a failure must not leave bytes in it, and a body bigger
+    than what it keeps must not stay allocated (nor change what the next body packs to)."""
+    expected = msgpack.packb({"x": [1, 2]}, use_bin_type=True)
+    for bad in [object(), {"a": {1}}, [1, 2, {3}], 2**70, "x" * 200_000, [b"y" * 100_000]]:
+        with contextlib.suppress(ProtocolError):
+            pack(bad)
+        assert pack({"x": [1, 2]}) == expected
+
+    def other_thread() -> None:
+        results.append(pack({"x": [1, 2]}))
+
+    results: list[bytes] = []
+    threads = [threading.Thread(target=other_thread) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 4
