@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from operator import attrgetter
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
+from coordinator.regions.entries import StoredEntries
 from coordinator.regions.eviction import Removal, oldest_group_size, remove_indices, validate_indices
 from coordinator.regions.hooks import (
     HookRunner,
@@ -25,7 +25,6 @@ from coordinator.regions.hooks import (
     on_overflow_ctx,
     on_write_ctx,
     render_ctx,
-    reuse_entry_ctxs,
 )
 from coordinator.regions.model import Entry, EntryKind, ToolCall, Volatility, plain_json
 from coordinator.regions.render import InvalidShape, RenderOutput, fallback_blocks, interpret_render
@@ -36,7 +35,6 @@ from coordinator.regions.writes import BudgetExceeded, RegionFull, interpret_on_
 __all__ = ["Admission", "Region"]
 
 Admission = Literal["evict", "reject"]
-_TOKENS: Final = attrgetter("tokens")
 _log = logging.getLogger("rhaipool.regions")
 _log.addHandler(logging.NullHandler())  # a library logs; the host decides where it goes
 
@@ -76,9 +74,7 @@ class Region:
         self.tenant = tenant  # whose hooks these are: named in the region's log lines
         self._runner = runner
         self._clock = clock
-        self._entries: list[Entry] = []
-        self._shown: tuple[tuple[Entry, ...], list[dict[str, Any]]] = ((), [])
-        """The entries the last hook saw and their ctx dicts (``_entry_ctxs``)."""
+        self._entries = StoredEntries()
         self._lock = asyncio.Lock()
 
     # -- state -----------------------------------------------------------
@@ -96,26 +92,16 @@ class Region:
     @property
     def entries(self) -> tuple[Entry, ...]:
         """Stored entries, oldest first."""
-        return tuple(self._entries)
+        return self._entries.snapshot()
 
     @property
     def current_tokens(self) -> int:
         """Sum of the stored entries' tokens."""
-        return sum(map(_TOKENS, self._entries))
+        return self._entries.tokens
 
     def state(self) -> RegionState:
         """The ``ctx.region`` object for the next hook call."""
         return RegionState(self.name, self.budget, self.current_tokens, len(self._entries))
-
-    def _entry_ctxs(self, entries: tuple[Entry, ...]) -> list[dict[str, Any]]:
-        """Hook-shaped entries, each built once: renders run every inference, entries rarely change.
-
-        No Python runs per kept entry (see ``reuse_entry_ctxs``).  An entry keeps its
-        dict while it stays: the resident deltas match items by identity.
-        """
-        ctxs = reuse_entry_ctxs(*self._shown, entries)
-        self._shown = (entries, ctxs)
-        return ctxs
 
     def restore(self, entries: Iterable[Entry]) -> None:
         """Re-add entries (snapshot restore, layout swap): no ``on_write``, no budget check."""
@@ -256,9 +242,9 @@ class Region:
 
     async def _overflow(self, needed: int, warnings: list[RegionWarning]) -> Removal:
         """Ask ``on_overflow`` what to drop and apply a valid answer; never raises."""
-        entries = tuple(self._entries)
+        entries = self._entries.snapshot()
         value, cause = await self._call(
-            "on_overflow", on_overflow_ctx(self.state(), self._entry_ctxs(entries), needed)
+            "on_overflow", on_overflow_ctx(self.state(), self._entries.ctxs(), needed)
         )
         if cause is not None:
             warnings.append(self._warning("on_overflow", f"{cause}; nothing dropped"))
@@ -268,7 +254,7 @@ class Region:
             warnings.append(self._warning("on_overflow", f"{reason}; the whole answer is ignored"))
             return remove_indices(entries, ())
         removal = remove_indices(entries, indices)
-        self._entries = list(removal.remaining)
+        self._entries.keep_only(removal.remaining)
         return removal
 
     @property
@@ -291,10 +277,7 @@ class Region:
 
     def drop_oldest_group(self) -> tuple[Entry, ...]:
         """Phase 2 step: remove the oldest turn group (an assistant turn with its results)."""
-        size = oldest_group_size(self._entries)
-        removed = tuple(self._entries[:size])
-        del self._entries[:size]
-        return removed
+        return self._entries.drop_oldest(oldest_group_size(self._entries.snapshot()))
 
     async def evict(self, needed_tokens: int) -> EvictReport:
         """Window-level eviction of ``needed_tokens`` from this region alone (phases 1.5 and 2).
@@ -329,12 +312,10 @@ class Region:
         if meta is None:
             meta = RenderMeta(window_total_tokens=self.current_tokens, window_max_tokens=self.budget)
         async with self._lock:
-            entries = tuple(self._entries)
+            entries = self._entries.snapshot()
             if self._runner is None:
                 return self._fallback(entries, "no compiled script for this region")
-            value, cause = await self._call(
-                "render", render_ctx(self.state(), self._entry_ctxs(entries), meta)
-            )
+            value, cause = await self._call("render", render_ctx(self.state(), self._entries.ctxs(), meta))
         if cause is not None:
             return self._fallback(entries, cause)
         try:

@@ -1,4 +1,5 @@
-"""A region builds each entry's ctx dict once and reuses it while the entry stays (renders run often)."""
+"""A region builds each entry's ctx dict once and reuses it while the entry stays (renders run often);
+its tuple and token sum are kept until the entries change."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.regions.entries import StoredEntries
 from coordinator.regions.hooks import entry_ctx, reuse_entry_ctxs
 from coordinator.regions.model import Entry
 
@@ -50,3 +52,49 @@ def test_any_change_yields_the_ctxs_built_from_scratch(before: list[int], after:
     old = [pool[i] for i in before]
     new = [pool[i] for i in after]
     assert reuse_entry_ctxs(old, fresh(old), new) == fresh(new)
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 40)),
+        st.tuples(st.just("extend"), st.integers(0, 4)),
+        st.tuples(st.just("drop_oldest"), st.integers(0, 5)),
+        st.tuples(st.just("keep_only"), st.integers(0, 2**8 - 1)),
+        st.tuples(st.just("clear"), st.just(0)),
+        st.tuples(st.just("look"), st.just(0)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(OPS)
+def test_stored_entries_follow_every_change_and_cache_only_while_unchanged(
+    ops: list[tuple[str, int]],
+) -> None:
+    stored, model = StoredEntries(), []
+    made = iter(entries(200))
+    for op, arg in ops:
+        if op == "append":
+            entry = next(made)
+            stored.append(entry)
+            model.append(entry)
+        elif op == "extend":
+            batch = [next(made) for _ in range(arg)]
+            stored.extend(iter(batch))
+            model.extend(batch)
+        elif op == "drop_oldest":
+            assert stored.drop_oldest(arg) == tuple(model[:arg])
+            del model[:arg]
+        elif op == "keep_only":
+            model = [e for i, e in enumerate(model) if arg >> (i % 8) & 1]
+            stored.keep_only(tuple(model))
+        elif op == "clear":
+            stored.clear()
+            model.clear()
+        else:  # a render: everything is cached until the next change
+            ctxs, snapshot = stored.ctxs(), stored.snapshot()
+            assert stored.ctxs() is ctxs and stored.snapshot() is snapshot
+        assert stored.snapshot() == tuple(model) and len(stored) == len(model)
+        assert stored.tokens == sum(e.tokens for e in model)
+        assert stored.ctxs() == fresh(model)
