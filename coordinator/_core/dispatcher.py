@@ -142,16 +142,17 @@ class Dispatcher(Events):
 
     def pump(self) -> None:
         """Place queued calls, tenant by tenant in rotation, until nothing more fits."""
-        if not self._queue and not self.placements.any_reserved:
+        queue, placements = self._queue, self.placements
+        if not queue and not placements.any_reserved:
             return  # nothing waits, nothing is held back: the common case after each answer
         progress = True
-        while progress and self._queue:
+        while progress and queue:
             progress = False
-            for call in list(self._queue.heads()):
-                if call.done or (self.placements.has_room(call.inline) and self._place(call)):
-                    self._queue.pop(call)  # placed, or its caller gave up while it waited
+            for call in queue.heads():
+                if call.done or (placements.has_room(call.inline) and self._place(call)):
+                    queue.pop(call)  # placed, or its caller gave up while it waited
                     progress = True
-        self.placements.reserve()
+        placements.reserve()
 
     def _send_attempt(self, call: Call, worker: Placement) -> None:
         handle, key, now = call.handle, (call.handle.kind, call.handle.sha256), time.monotonic()

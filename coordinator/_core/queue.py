@@ -53,10 +53,9 @@ class FairQueue:
         return self._tenants.keys()
 
     def heads(self) -> Iterator[Call]:
-        """Each tenant's oldest call, in rotation order (the next tenant to serve first)."""
-        for fifo in list(self._tenants.values()):
-            if fifo:
-                yield fifo[0]
+        """Each tenant's oldest call, in rotation order (the next tenant to serve first); a snapshot, so
+        the queue may change while it is iterated."""
+        return iter([fifo[0] for fifo in self._tenants.values() if fifo])
 
     def put_back(self) -> list[Call]:
         """The calls still waiting that were pushed with ``front=True`` (re-runs), oldest push first."""
