@@ -8,7 +8,7 @@ request) and a raw-socket keep-alive HTTP/1.1 client (next to no client CPU, so 
 shows). Each is measured one call at a time (added p50 latency) and with N concurrent clients (p50 and
 throughput). Run with::
 
-    rhaipool bench service [--concurrency 64] [--calls 4000] [--workers 2] [--json]
+    rhaipool bench service [--concurrency 64] [--calls 4000] [--workers 2] [--rounds 3] [--json]
 
 The load generator shares the machine with the service, so latency on a small busy box carries its
 CPU; the steadier figure is CPU per call: the service process's own (read from the kernel per thread,
@@ -25,13 +25,14 @@ import os
 import secrets
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,14 @@ CpuReader = Callable[[], tuple[float, float]]
 
 @dataclass(frozen=True, slots=True)
 class Side:
-    """One side's figures for one operation (CPU per call over the concurrent phase)."""
+    """One side's figures for one operation (CPU per call: of the concurrent phase, and one at a time)."""
 
     sequential_p50_ms: float
     concurrent_p50_ms: float
     throughput: float
     cpu_ms_per_call: float
     workers_cpu_ms_per_call: float
+    sequential_cpu_ms_per_call: float
 
 
 def _p50(values: list[float]) -> float:
@@ -98,10 +100,13 @@ async def _measure(call: Call, calls: int, concurrency: int, cpu: CpuReader) -> 
     for _ in range(50):  # warm caches, connections and workers
         await call()
     sequential = []
+    own0, _ = cpu()
     for _ in range(min(500, calls)):
         begun = time.perf_counter()
         await call()
         sequential.append(time.perf_counter() - begun)
+    own1, _ = cpu()
+    sequential_cpu = (own1 - own0) * 1000 / len(sequential)
     latencies: list[float] = []
     remaining = [calls]
 
@@ -124,29 +129,26 @@ async def _measure(call: Call, calls: int, concurrency: int, cpu: CpuReader) -> 
         calls / elapsed,
         (own1 - own0) * per_call,
         (workers1 - workers0) * per_call,
+        sequential_cpu,
     )
 
 
-async def _in_process(workers: int, calls: int, concurrency: int) -> dict[str, Side]:
+@asynccontextmanager
+async def _in_process(workers: int) -> AsyncIterator[dict[str, Call]]:
+    """The library side: a region's render and a provider's inference on an in-process ``Pool``."""
     from coordinator._core.pool import Pool
     from coordinator.egress import Egress
     from coordinator.providers import PoolExecutor, ProviderRuntime
     from coordinator.providers.config import parse_config
     from coordinator.regions import open_region
 
-    cpu = cpu_reader(os.getpid())
     with tempfile.TemporaryDirectory(prefix="rhaipool-bench-") as tmp:
         (Path(tmp) / "hook.rhai").write_text(HOOK)
         (Path(tmp) / "mock.rhai").write_text(MOCK)
         async with Pool(workers=workers) as pool, Egress() as egress:
             region = await open_region(pool, "bench", "hook.rhai", budget=1000, base_dir=tmp)
             runtime = ProviderRuntime(PoolExecutor(pool), egress, parse_config({"providers_dir": tmp}))
-            return {
-                "hook": await _measure(region.render, calls, concurrency, cpu),
-                "inference": await _measure(
-                    lambda: runtime.inference("mock", REQUEST), calls, concurrency, cpu
-                ),
-            }
+            yield {"hook": region.render, "inference": lambda: runtime.inference("mock", REQUEST)}
 
 
 class RawHttp:
@@ -255,10 +257,7 @@ async def _loader(kind: str, url: str, token: str, concurrency: int) -> AsyncIte
         yield call
 
 
-async def _through_service(
-    url: str, token: str, pid: int, calls: int, concurrency: int
-) -> dict[str, dict[str, Side]]:
-    """Every operation with each load generator: ``{loader: {op: Side}}``."""
+async def _prepare_service(url: str, token: str) -> None:
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
         for put in (
             http.put("/api/scripts/region_hook/hook", json={"content": HOOK}),
@@ -266,18 +265,41 @@ async def _through_service(
             http.post("/api/regions", json={"name": "bench", "script": "hook", "budget": 1000}),
         ):
             (await put).raise_for_status()
-    cpu = cpu_reader(pid)
-    sides: dict[str, dict[str, Side]] = {}
-    for kind in LOADERS:
-        sides[kind] = {}
-        for op, (method, path, body) in CALLS_BY_OP.items():
-            async with _loader(kind, url, token, concurrency) as prepare:
-                sides[kind][op] = await _measure(prepare(method, path, body), calls, concurrency, cpu)
-    return sides
 
 
-def _compare(lib: Side, svc: Side, floor: Side) -> dict[str, Any]:
+Rounds = dict[str, dict[str, list[Side]]]
+"""``{side: {op: [one Side per round]}}``; sides: ``library`` and each load generator."""
+
+
+async def _rounds(
+    workers: int, url: str, token: str, pid: int, calls: int, concurrency: int, rounds: int
+) -> Rounds:
+    """The library and the service measured in turn, ``rounds`` times: a change in the machine's load
+    lands on both sides rather than on one."""
+    await _prepare_service(url, token)
+    out: Rounds = {side: {} for side in ("library", *LOADERS)}
+    async with _in_process(workers) as library:
+        for _ in range(rounds):
+            for op, call in library.items():
+                side = await _measure(call, calls, concurrency, cpu_reader(os.getpid()))
+                out["library"].setdefault(op, []).append(side)
+            for kind in LOADERS:
+                for op, (method, path, body) in CALLS_BY_OP.items():
+                    async with _loader(kind, url, token, concurrency) as prepare:
+                        side = await _measure(
+                            prepare(method, path, body), calls, concurrency, cpu_reader(pid)
+                        )
+                    out[kind].setdefault(op, []).append(side)
+    return out
+
+
+def _median(sides: list[Side]) -> Side:
+    return Side(*(statistics.median(getattr(s, f.name) for s in sides) for f in fields(Side)))
+
+
+def _compare(lib: Side, svc: Side, floor: Side, per_round: list[float]) -> dict[str, Any]:
     return {
+        "added_sequential_p50_ms_by_round": per_round,
         "library": asdict(lib),
         "service": asdict(svc),
         "added_sequential_p50_ms": round(svc.sequential_p50_ms - lib.sequential_p50_ms, 3),
@@ -287,43 +309,53 @@ def _compare(lib: Side, svc: Side, floor: Side) -> dict[str, Any]:
         "added_concurrent_p50_ms": round(svc.concurrent_p50_ms - lib.concurrent_p50_ms, 3),
         "throughput_ratio": round(svc.throughput / lib.throughput, 3),
         "added_cpu_ms_per_call": round(svc.cpu_ms_per_call - lib.cpu_ms_per_call, 3),
+        "added_sequential_cpu_ms_per_call": round(
+            svc.sequential_cpu_ms_per_call - lib.sequential_cpu_ms_per_call, 3
+        ),
     }
 
 
-def run_benchmark(workers: int, calls: int, concurrency: int) -> dict[str, Any]:
-    """Both sides, then per load generator the service's added p50, CPU and relative throughput."""
+def run_benchmark(workers: int, calls: int, concurrency: int, rounds: int = 3) -> dict[str, Any]:
+    """Both sides in turn, then per load generator the medians of the rounds: the service's added p50,
+    CPU and relative throughput (and the added p50 of each round, to show the spread)."""
     load = [os.getloadavg()[0]]
-    library = asyncio.run(_in_process(workers, calls, concurrency))
     with tempfile.TemporaryDirectory(prefix="rhaipool-bench-serve-") as tmp:
         process, url, token = _start_service(Path(tmp), workers)
         try:
-            service = asyncio.run(_through_service(url, token, process.pid, calls, concurrency))
+            measured = asyncio.run(_rounds(workers, url, token, process.pid, calls, concurrency, rounds))
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(60)
     load.append(os.getloadavg()[0])
     report: dict[str, Any] = {"concurrency": concurrency, "calls": calls, "workers": workers}
-    report["load_average"] = load
+    report["rounds"], report["load_average"] = rounds, load
+    library = {op: _median(sides) for op, sides in measured["library"].items()}
     report["library"] = {op: asdict(side) for op, side in library.items()}
-    for kind, sides in service.items():
-        floor = sides["floor"]
-        report[kind] = {"floor": asdict(floor)}
+    for kind in LOADERS:
+        sides = {op: _median(each) for op, each in measured[kind].items()}
+        report[kind] = {"floor": asdict(sides["floor"])}
         for op in ("hook", "inference"):
-            report[kind][op] = _compare(library[op], sides[op], floor)
+            per_round = [
+                round(svc.sequential_p50_ms - lib.sequential_p50_ms, 3)
+                for svc, lib in zip(measured[kind][op], measured["library"][op], strict=True)
+            ]
+            report[kind][op] = _compare(library[op], sides[op], sides["floor"], per_round)
     return report
 
 
 def _print(report: dict[str, Any]) -> None:
     n = report["concurrency"]
     print(
-        f"{n} concurrent clients, {report['calls']} calls, {report['workers']} workers; "
+        f"{n} concurrent clients, {report['calls']} calls, {report['workers']} workers, medians of "
+        f"{report['rounds']} rounds (library and service in turn); "
         f"load {report['load_average'][0]:.2f} → {report['load_average'][1]:.2f}"
     )
     for op, lib in report["library"].items():
         print(
             f"in-process {op:<9} p50 {lib['sequential_p50_ms']:.3f} ms one at a time / "
-            f"{lib['concurrent_p50_ms']:.2f} ms at {n}, {lib['throughput']:.0f}/s; CPU per call "
-            f"{lib['cpu_ms_per_call']:.3f} ms coordinator, {lib['workers_cpu_ms_per_call']:.3f} ms workers"
+            f"{lib['concurrent_p50_ms']:.2f} ms at {n}, {lib['throughput']:.0f}/s; CPU per call at {n} "
+            f"{lib['cpu_ms_per_call']:.3f} ms coordinator, {lib['workers_cpu_ms_per_call']:.3f} ms workers; "
+            f"coordinator CPU one at a time {lib['sequential_cpu_ms_per_call']:.3f} ms"
         )
     for kind in LOADERS:
         floor = report[kind]["floor"]
@@ -340,8 +372,11 @@ def _print(report: dict[str, Any]) -> None:
                 f"{r['added_sequential_p50_ms']:.3f} ms one at a time "
                 f"({r['added_beyond_client_floor_p50_ms']:.3f} beyond the floor), "
                 f"{r['added_concurrent_p50_ms']:.2f} ms at {n}; throughput x{r['throughput_ratio']:.2f}; "
-                f"service CPU {svc['cpu_ms_per_call']:.3f} ms per call, "
-                f"added {r['added_cpu_ms_per_call']:.3f} ms"
+                f"service CPU {svc['cpu_ms_per_call']:.3f} ms per call at {n} "
+                f"(added {r['added_cpu_ms_per_call']:.3f}), "
+                f"{svc['sequential_cpu_ms_per_call']:.3f} ms one at a time "
+                f"(added {r['added_sequential_cpu_ms_per_call']:.3f}); added p50 by round "
+                + ", ".join(f"{v:.3f}" for v in r["added_sequential_p50_ms_by_round"])
             )
 
 
@@ -351,9 +386,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--calls", type=int, default=4000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="library and service measured in turn")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    report = run_benchmark(args.workers, args.calls, args.concurrency)
+    report = run_benchmark(args.workers, args.calls, args.concurrency, args.rounds)
     if args.json:
         print(json.dumps(report))
     else:
