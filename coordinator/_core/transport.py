@@ -48,6 +48,9 @@ class Router:
         self._sock.bind(endpoint)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
+        self._reading = False
+        """Inside the reader's drain loop, which checks ``EVENTS`` again before each receive: a send
+        made there (an answer placing the next queued call) need not check it too."""
         self.received = self.sent = self.undeliverable = 0
         self.relays: dict[bytes, Relay] = {}
         """Workers another machine runs: their frames go to their node's link (``coordinator.nodes``)."""
@@ -87,7 +90,9 @@ class Router:
         return True
 
     def _schedule_if_pending(self) -> None:
-        if not self._scheduled and not self._sock.closed and int(self._sock.get(_EVENTS)) & _POLLIN:
+        if self._reading or self._scheduled or self._sock.closed:
+            return
+        if int(self._sock.get(_EVENTS)) & _POLLIN:
             self._schedule()
 
     def _schedule(self) -> None:
@@ -96,7 +101,13 @@ class Router:
             self._loop.call_soon(self._on_readable)
 
     def _on_readable(self) -> None:
-        self._scheduled = False
+        self._scheduled, self._reading = False, True
+        try:
+            self._drain()
+        finally:
+            self._reading = False
+
+    def _drain(self) -> None:
         sock = self._sock
         get, recv = sock.get, sock.recv
         for _ in range(_BATCH):
