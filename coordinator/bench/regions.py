@@ -52,7 +52,11 @@ fn render(ctx) {
 
 
 class InProcessRunner:
-    """The baseline: the same engine limits, called directly in this process."""
+    """The baseline: the same engine limits, called directly in this process.
+
+    The entries reach it as Python values, converted on every call: what an
+    in-process host does (the pool's worker keeps them in Rhai form instead).
+    """
 
     def __init__(self, source: str, name: str = "bench.rhai") -> None:
         engine = rhai.Engine(**BUDGETS[Kind.REGION], json_functions=False, check_argument_sizes=False)
