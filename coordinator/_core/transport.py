@@ -114,7 +114,9 @@ class Router:
             try:  # EVENTS first: an empty receive's zmq.Again costs twice the check
                 if sock.closed or not int(get(_EVENTS)) & _POLLIN:
                     return
-                frames = [recv(_SEND)]  # recv_multipart's loop, without its per-frame Python overhead
+                # recv_multipart's loop without its per-frame Python overhead; a ROUTER message is its
+                # sender's identity and at least one more frame, so RCVMORE is asked only after that
+                frames = [recv(_SEND), recv(_SEND)]
                 while get(_RCVMORE):
                     frames.append(recv(_SEND))
             except zmq.Again:
