@@ -275,8 +275,9 @@ class WorkerLoop:
         if deadline is not None:
             until = min(until, deadline)
         timeout = max(0.0, until - time.monotonic())
-        if self._poller.poll(int(timeout * 1000) + 1):  # +1: never spin on a sub-millisecond remainder
-            self._wire.clear()
+        for fd, _ in self._poller.poll(int(timeout * 1000) + 1):  # +1: never spin on a sub-ms remainder
+            if fd == self._wire.fd:  # only then: reading an unset eventfd costs a syscall and an exception
+                self._wire.clear()
 
     def _send_frames(self, frames: list[bytes]) -> None:
         self._wire.send(frames, loop=True)
@@ -368,10 +369,11 @@ class WorkerLoop:
         try:
             if call.resident is not None:  # region entries kept here between calls (worker/resident.py)
                 args = self._resident.args_for(call.tenant, call.resident, args)
-            with ChannelBinding(channel):
-                outcome = self._engines.run(
-                    compiled, call.fn, args, call.timeout, channel.token if channel else None
-                )
+            if channel is None:  # a region call: its engine has no host function that reads the binding
+                outcome = self._engines.run(compiled, call.fn, args, call.timeout, None)
+            else:
+                with ChannelBinding(channel):
+                    outcome = self._engines.run(compiled, call.fn, args, call.timeout, channel.token)
         except ScriptFailure as failure:
             return _failure(call.id, failure)
         return Result(
