@@ -26,7 +26,8 @@ def _connect(service: ServiceProcess) -> socket.socket:
 
 def _read_responses(sock: socket.socket, count: int) -> list[tuple[int, bytes]]:
     """``count`` responses (status, body) off one connection (they carry a Content-Length)."""
-    buffer, out = b"", []
+    buffer = b""
+    out: list[tuple[int, bytes]] = []
     while len(out) < count:
         while b"\r\n\r\n" not in buffer:
             buffer += sock.recv(65536)
