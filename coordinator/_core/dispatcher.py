@@ -393,3 +393,7 @@ class Dispatcher(Events):
     def counts(self) -> tuple[int, int]:
         """Calls waiting in the queue, scripts in quarantine (for ``Pool.statistics``)."""
         return len(self._queue), len(self._quarantine)
+
+    def tenant_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Calls queued and calls held by workers, per tenant (for ``Pool.statistics``)."""
+        return self._queue.depths(), dict(self.placements.per_tenant)

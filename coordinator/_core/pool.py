@@ -89,6 +89,10 @@ class PoolStatistics:
     """Stream chunk bytes buffered for consumers now, all streams (``PoolConfig.stream_buffer_bytes``)."""
     stream_bytes_peak: int = 0
     """The most ``stream_bytes`` has been since the pool started."""
+    queued_by_tenant: dict[str, int] = field(default_factory=dict)
+    """``queued`` per tenant (tenants with nothing queued are left out)."""
+    inflight_by_tenant: dict[str, int] = field(default_factory=dict)
+    """Calls held by workers now, per tenant (tenants with none are left out)."""
 
 
 class Pool:
@@ -316,6 +320,7 @@ class Pool:
     def statistics(self) -> PoolStatistics:
         d, s = self._dispatcher, self._supervisor
         queued, quarantined = d.counts
+        queued_by_tenant, inflight_by_tenant = d.tenant_counts()
         states: dict[str, int] = {}
         for w in s.workers.values():
             states[w.state.value] = states.get(w.state.value, 0) + 1
@@ -323,6 +328,7 @@ class Pool:
             states, queued, len(d.inflight), d.ok, d.failed, d.retries, d.dropped,
             d.protocol_errors, s.spawned, s.exits, dict(s.exit_reasons), quarantined,
             stream_bytes=d.streams.held, stream_bytes_peak=d.streams.peak,
+            queued_by_tenant=queued_by_tenant, inflight_by_tenant=inflight_by_tenant,
         )  # fmt: skip
 
     async def aclose(self) -> None:

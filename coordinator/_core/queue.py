@@ -48,6 +48,10 @@ class FairQueue:
         for fifo in list(self._tenants.values()):
             yield from list(fifo)
 
+    def depths(self) -> dict[str, int]:
+        """Calls waiting per tenant (tenants with none are left out): for metrics and status."""
+        return {tenant: len(fifo) for tenant, fifo in self._tenants.items() if fifo}
+
     def tenants(self) -> KeysView[str]:
         """The tenants with calls waiting (a live view)."""
         return self._tenants.keys()

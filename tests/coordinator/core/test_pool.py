@@ -281,3 +281,26 @@ def test_workers_that_cannot_start_fail_the_start_with_no_worker_available() -> 
                 pass
 
     run(scenario())
+
+
+def test_statistics_count_queued_and_held_calls_per_tenant() -> None:
+    async def scenario() -> None:
+        async with Pool(workers=1, spares=0, region_pipeline=1) as pool:
+            handle = await pool.load(SCRIPT, name="s.rhai")
+            busy = [
+                asyncio.ensure_future(pool.call(handle, "sleepy", 0.3, i, timeout=5, tenant="busy"))
+                for i in range(3)  # one runs, two wait
+            ]
+            await asyncio.sleep(0.1)
+            quiet = asyncio.ensure_future(pool.call(handle, "add", 1, 2, tenant="quiet"))
+            await asyncio.sleep(0.05)
+            stats = pool.statistics()
+            assert stats.inflight_by_tenant == {"busy": 1}
+            assert stats.queued_by_tenant == {"busy": 2, "quiet": 1}
+            assert stats.queued == 3
+            assert await asyncio.gather(*busy, quiet) == [0, 1, 2, 3]
+            await asyncio.sleep(0.05)  # the pool settles a call one loop step after its caller hears
+            stats = pool.statistics()
+            assert stats.queued_by_tenant == {} and stats.inflight_by_tenant == {}
+
+    run(scenario())
