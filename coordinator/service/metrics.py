@@ -71,6 +71,18 @@ class _PoolCollector(Collector):
             restarts.add_metric([reason], count)
         yield restarts
         yield GaugeMetricFamily("rhaipool_queue_depth", "Calls waiting for a worker.", value=stats.queued)
+        queued = GaugeMetricFamily(
+            "rhaipool_tenant_queue_depth", "Calls waiting for a worker, by tenant.", labels=["tenant"]
+        )
+        for tenant, count in sorted(stats.queued_by_tenant.items()):
+            queued.add_metric([tenant], count)
+        yield queued
+        held = GaugeMetricFamily(
+            "rhaipool_tenant_running_calls", "Script calls held by workers now, by tenant.", labels=["tenant"]
+        )
+        for tenant, count in sorted(stats.inflight_by_tenant.items()):
+            held.add_metric([tenant], count)
+        yield held
         yield GaugeMetricFamily(
             "rhaipool_worker_memory_bytes",
             "Resident memory of all workers.",

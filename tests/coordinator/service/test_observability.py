@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,3 +126,30 @@ def test_the_openapi_document_lists_exactly_the_routes() -> None:
     }
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert served == documented
+
+
+def test_running_calls_are_counted_per_tenant(service: ServiceProcess) -> None:
+    """A tenant's script call held by a worker shows under its own tenant label, and goes when it ends."""
+    with service.client("acme") as c:
+        c.put_script(
+            "provider",
+            "slow",
+            "fn initialize(c) { #{} }\nfn inference(s, r) { sleep(1.5); #{ content: `z` } }",
+        )
+        c.inference("slow", {"model": "m", "messages": [{"role": "user", "content": "warm"}]})
+        done: list[object] = []
+        caller = threading.Thread(
+            target=lambda: done.append(
+                c.inference("slow", {"model": "m", "messages": [{"role": "user", "content": "x"}]})
+            )
+        )
+        caller.start()
+        try:
+            deadline = time.monotonic() + 10
+            while _value(_samples(service), "rhaipool_tenant_running_calls", tenant="acme") != 1:
+                assert time.monotonic() < deadline, "acme's running call never showed"
+                time.sleep(0.05)
+            assert _value(_samples(service), "rhaipool_tenant_running_calls", tenant="globex") == 0
+        finally:
+            caller.join()
+    assert done and _value(_samples(service), "rhaipool_tenant_running_calls", tenant="acme") == 0
