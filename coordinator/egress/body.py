@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import email.message
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -35,8 +36,14 @@ _TEXT_MARKERS = ("json", "xml", "javascript", "x-yaml", "urlencoded")
 
 def charset_of(response: aiohttp.ClientResponse) -> str:
     """The declared charset when Python knows it, else UTF-8."""
+    return _charset_named_by(response.headers.get("content-type", ""))
+
+
+@functools.lru_cache(maxsize=256)
+def _charset_named_by(content_type: str) -> str:
+    """Parsed once per distinct header value: a provider answers with the same one every time."""
     message = email.message.Message()
-    message["content-type"] = response.headers.get("content-type", "")
+    message["content-type"] = content_type
     name = message.get_content_charset(failobj=None) or "utf-8"
     try:
         codecs.lookup(name)

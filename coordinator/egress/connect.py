@@ -26,6 +26,8 @@ from coordinator.egress.policy import EgressDenied, EgressPolicy
 __all__ = ["KEEPALIVE_IDLE_SECS", "NoAllowedAddress", "PolicyResolver", "check_literal", "keepalive_socket"]
 
 KEEPALIVE_IDLE_SECS = 30
+_MAX_REMEMBERED = 256
+"""Allowed IP-literal URLs remembered per policy (``check_literal``): each is judged once, not per hop."""
 
 
 class NoAllowedAddress(Exception):
@@ -89,7 +91,7 @@ def check_literal(policy: EgressPolicy, url: URL, written: str) -> None:
     Messages name the host as ``written`` (``::ffff:127.0.0.1``, not yarl's normalised form).
     """
     host = url.raw_host or ""
-    if not is_ip_address(host):
+    if (host, written) in policy.allowed_literals or not is_ip_address(host):
         return
     shown = (urlsplit(written).hostname or host).lower()
     try:
@@ -97,3 +99,6 @@ def check_literal(policy: EgressPolicy, url: URL, written: str) -> None:
     except ValueError:
         raise EgressDenied(f"egress refused: {shown!r} is not a canonical IP address") from None
     policy.check_address(shown, address)
+    if len(policy.allowed_literals) >= _MAX_REMEMBERED:  # a script writing ever new URLs stays bounded
+        policy.allowed_literals.clear()
+    policy.allowed_literals.add((host, written))

@@ -72,9 +72,16 @@ class EgressPolicy:
     allow_networks: tuple[IPNetwork, ...] = ()
     max_response_bytes: int = 16 * 1024 * 1024
     address_key: tuple[frozenset[str], tuple[IPNetwork, ...]] = field(init=False)
+    _bare_hosts: frozenset[str] = field(init=False, repr=False, compare=False)
+    """``hosts`` without IPv6 brackets, computed once: ``check_url`` runs on every request."""
+    allowed_literals: set[tuple[str, str]] = field(init=False, repr=False, compare=False)
+    """(IP-literal host, URL as written) pairs already found allowed (``connect.check_literal``):
+    the verdict is a pure function of them and this frozen policy, so it is worked out once."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "address_key", (self.allow_names, self.allow_networks))
+        object.__setattr__(self, "_bare_hosts", frozenset(h.strip("[]") for h in self.hosts))
+        object.__setattr__(self, "allowed_literals", set())
 
     @classmethod
     def build(
@@ -99,7 +106,7 @@ class EgressPolicy:
         host = host_of(url)
         if host is None:
             raise EgressDenied(f"egress refused: {url!r} is not an http(s) URL with a host")
-        if not self.allow_any_host and host.strip("[]") not in {h.strip("[]") for h in self.hosts}:
+        if not self.allow_any_host and host.strip("[]") not in self._bare_hosts:
             raise EgressDenied(
                 f"egress refused: host {host!r} is not allowed for provider {self.provider!r} "
                 "(allowed: the base_url host, allowed_hosts and egress_allow)"

@@ -139,6 +139,7 @@ class ProviderLoader:
         self.max_cached = max_cached
         self._cache: OrderedDict[tuple[str, str], LoadedProvider] = OrderedDict()
         self._loading: dict[tuple[str, str, Path, int, Any], asyncio.Future[LoadedProvider]] = {}
+        self._derived: tuple[ProvidersConfig, dict[str, tuple[Path, Any]]] = (config, {})
 
     def config_key(self, name: str) -> Any:
         """Everything in the configuration that a loaded provider depends on."""
@@ -153,6 +154,20 @@ class ProviderLoader:
             raise ProviderNotFound("script provider path escapes the providers directory - refusing to load")
         return path
 
+    def _path_and_key(self, name: str) -> tuple[Path, Any]:
+        """:meth:`path_of` and :meth:`config_key`, worked out once per configuration snapshot: both are
+        pure functions of it, and every lookup (every inference) needs them."""
+        config, derived = self._derived
+        if config is not self.config:
+            config, derived = self._derived = (self.config, {})
+        found = derived.get(name)
+        if found is None:
+            found = (self.path_of(name), self.config_key(name))
+            if len(derived) >= self.max_cached:  # names asked for are the callers': keep it bounded
+                derived.clear()
+            derived[name] = found
+        return found
+
     def refresh_config(self) -> None:
         """Re-read the config file if it changed since the snapshot was taken (no restart needed)."""
         new = refreshed(self.config)
@@ -162,14 +177,13 @@ class ProviderLoader:
     async def get(self, name: str, *, tenant: str = DEFAULT_TENANT) -> LoadedProvider:
         """``tenant``'s current version of ``name``, loading it if needed; raises ProviderLoadError."""
         self.refresh_config()
-        path = self.path_of(name)
+        path, key = self._path_and_key(name)
         slot = (tenant, name)
         try:
             mtime = os.stat(path).st_mtime_ns
         except OSError:
             self._cache.pop(slot, None)
             raise ProviderNotFound(f"no provider script {path}") from None
-        key = self.config_key(name)
         cached = self._cache.get(slot)
         if cached is not None and (cached.path, cached.mtime_ns, cached.config_key) == (path, mtime, key):
             self._cache.move_to_end(slot)

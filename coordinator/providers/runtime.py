@@ -47,6 +47,7 @@ __all__ = ["JOB_TIMEOUT_SECS", "ProviderRuntime"]
 
 #: Bound of a whole inference job (attempts, retry sleeps, rate-limit waits) without a stage timeout.
 JOB_TIMEOUT_SECS = 900.0
+_MAX_REMEMBERED_CAPABILITIES = 4096
 
 
 class ProviderRuntime:
@@ -66,6 +67,9 @@ class ProviderRuntime:
         self.clock = clock or MonotonicClock()
         self._limiters: dict[str, tuple[Any, RateLimiter, Backoff429]] = {}
         self._gates: dict[str, tuple[int, asyncio.Semaphore]] = {}
+        self._capabilities: dict[
+            tuple[str, str, str], tuple[LoadedProvider, ProvidersConfig, Capabilities]
+        ] = {}
         self.on_retry: Callable[[ProviderError, float], None] | None = None
         """Told of each retry (the error and the delay) before its wait; the CLI prints it."""
 
@@ -145,8 +149,20 @@ class ProviderRuntime:
             )
 
     def capabilities(self, provider: LoadedProvider, model: str) -> Capabilities:
-        """Metadata with ``[model_capabilities.<model>]`` overrides."""
-        return capabilities(provider.metadata, self.config.capabilities(model))
+        """Metadata with ``[model_capabilities.<model>]`` overrides.
+
+        Remembered per (provider version, configuration snapshot, model): an inference asks twice
+        (its defaults, then the token guard), and every inference of a model asks the same.
+        """
+        slot = (provider.name, provider.tenant, model)
+        known = self._capabilities.get(slot)
+        if known is not None and known[0] is provider and known[1] is self.config:
+            return known[2]
+        caps = capabilities(provider.metadata, self.config.capabilities(model))
+        if len(self._capabilities) >= _MAX_REMEMBERED_CAPABILITIES:  # model names are the callers'
+            self._capabilities.clear()
+        self._capabilities[slot] = (provider, self.config, caps)
+        return caps
 
     def request_for(self, provider: LoadedProvider, raw: Any) -> dict[str, Any]:
         """Fill a caller's partial request with the defaults of SPEC §3.6 (RequestError if malformed)."""
