@@ -63,6 +63,8 @@ class HostHandler(Protocol):
 
     An optional ``begin_attempt()`` is called as each attempt is sent (the first and every re-run):
     a handler that records its requests serves a re-run from that record (``providers/journal.py``).
+    An optional ``start_call(name, args)`` returns ``call``'s outcome as a future, cancelling which
+    abandons the answer: the pool then needs no task per host call (``hostcalls.py``).
     """
 
     @property
@@ -356,7 +358,7 @@ class Attempt:
     sent_at: float
     """When its CALL went out (``outcomes.reached``)."""
     timer: Deadline[Attempt] | None = None
-    host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    host_tasks: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     host_seq: int = 0
     """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""
     flow: StreamFlow | None = None

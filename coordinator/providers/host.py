@@ -10,6 +10,7 @@ attempts: a re-run after a worker death is served the requests its dead attempt 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -41,6 +42,15 @@ def header_value(value: Any) -> str:
 def _not_found(name: str, args: list[Any]) -> HostCallError:
     types = ", ".join(rhai_type_name(a) for a in args)
     return HostCallError(f"Function not found: {name} ({types})")
+
+
+def _settled(value: Any, error: Exception | None = None) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(error)
+    return future
 
 
 def _headers(value: Any) -> dict[str, str]:
@@ -110,12 +120,23 @@ class ProviderHost:
 
     async def call(self, name: str, args: list[Any]) -> Any:
         """One unary host function; a request is served from the journal when a re-run repeats it."""
-        if name == "env_var":
-            return self.env.get(args[0] if args else None)
-        if name not in ("http_get", "http_post"):
-            raise _not_found(name, args)
-        self._check(name, args)
-        return await self.journal.unary(name, args, lambda mark_sent: self._fetch(name, args, mark_sent))
+        return await self.start_call(name, args)
+
+    def start_call(self, name: str, args: list[Any]) -> asyncio.Future[Any]:
+        """:meth:`call` as a future, so the pool's host-call broker needs no task of its own per call
+        (an optional ``HostHandler`` hook, ``coordinator._core.hostcalls``); cancelling the future
+        abandons the answer, never the request (the journal's task runs it)."""
+        try:
+            if name == "env_var":
+                return _settled(self.env.get(args[0] if args else None))
+            if name not in ("http_get", "http_post"):
+                raise _not_found(name, args)
+            self._check(name, args)
+            return self.journal.unary_outcome(
+                name, args, lambda mark_sent: self._fetch(name, args, mark_sent)
+            )
+        except Exception as exc:  # noqa: BLE001 - the caller awaits it like the coroutine's own failure
+            return _settled(None, exc)
 
     async def _fetch(self, name: str, args: list[Any], mark_sent: Callable[[], None]) -> Any:
         """The request itself (run in a task of its own: a worker's death does not cancel it)."""

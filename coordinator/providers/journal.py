@@ -181,13 +181,20 @@ class Journal:
 
     async def unary(self, name: str, args: list[Any], perform: Callable[[MarkSent], Awaitable[Any]]) -> Any:
         """``http_get``/``http_post``: the recorded outcome, or ``perform``'s, run in a task of its own."""
+        return await self.unary_outcome(name, args, perform)
+
+    def unary_outcome(
+        self, name: str, args: list[Any], perform: Callable[[MarkSent], Awaitable[Any]]
+    ) -> asyncio.Future[Any]:
+        """:meth:`unary` without a coroutine around it: the outcome, shielded (cancelling it leaves the
+        request running for a re-run). Raises at once when a re-run diverged."""
         entry = self._replayed(name, args)
         if entry is None:
             entry = self._new(name, args)
             entry.outcome = asyncio.ensure_future(perform(self._sent_of(entry)))
             entry.outcome.add_done_callback(lambda done: self._settled(entry, done))
         assert entry.outcome is not None
-        return await asyncio.shield(entry.outcome)
+        return asyncio.shield(entry.outcome)
 
     def stream(
         self, name: str, args: list[Any], open_events: Callable[[MarkSent], AsyncIterator[Any]], idle: float
