@@ -124,6 +124,8 @@ class ByteBudget:
             self._wake()
 
     def _wake(self) -> None:
+        if not self._waiters:  # the usual case, on every release: nothing to grant, nobody stuck
+            return
         self._waiters = deque(w for w in self._waiters if not w.granted.done())
         for waiter in [w for w in self._waiters if w.held > 0]:  # growing bodies first
             if self.used + waiter.n <= self.total:
