@@ -31,6 +31,7 @@ downgraded (the reference falls back to HTTP/1.1 itself, so providers work on 1.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import ssl
 from collections import Counter
@@ -85,8 +86,10 @@ class _Request:
     """The URL as written (messages name its host as written: ``::ffff:127.0.0.1``, not normalised)."""
 
 
+@functools.lru_cache(maxsize=1024)
 def _port_of(url: str) -> int | None:
-    """The explicit port as written (``urlsplit`` refuses to return one out of range)."""
+    """The explicit port as written (``urlsplit`` refuses to return one out of range); remembered,
+    since a provider calls the same few URLs on every request."""
     after_host = urlsplit(url).netloc.rpartition("@")[2].rpartition("]")[2]
     _, colon, digits = after_host.rpartition(":")
     return int(digits) if colon and digits.isdigit() else None

@@ -16,6 +16,7 @@ Two checks, both on the coordinator side:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -39,8 +40,9 @@ METADATA_ADDRESSES = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=1024)
 def host_of(url: str) -> str | None:
-    """Lower-case host of an http(s) URL, or None when it has none."""
+    """Lower-case host of an http(s) URL, or None when it has none (remembered: checked per request)."""
     try:
         parts = urlsplit(url)
     except ValueError:
