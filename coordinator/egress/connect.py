@@ -20,7 +20,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.helpers import is_ip_address
 from yarl import URL
 
-from coordinator.egress.errors import DnsFailure
+from coordinator.egress.errors import DnsFailure, NoAllowedAddress
 from coordinator.egress.policy import EgressDenied, EgressPolicy
 
 __all__ = ["KEEPALIVE_IDLE_SECS", "NoAllowedAddress", "PolicyResolver", "check_literal", "keepalive_socket"]
@@ -28,14 +28,6 @@ __all__ = ["KEEPALIVE_IDLE_SECS", "NoAllowedAddress", "PolicyResolver", "check_l
 KEEPALIVE_IDLE_SECS = 30
 _MAX_REMEMBERED = 256
 """Allowed IP-literal URLs remembered per policy (``check_literal``): each is judged once, not per hop."""
-
-
-class NoAllowedAddress(Exception):
-    """The resolver found only addresses the policy refuses (turned into EgressDenied by the caller)."""
-
-    def __init__(self, host: str, address: str) -> None:
-        super().__init__(host, address)
-        self.host, self.address = host, address
 
 
 class PolicyResolver(AbstractResolver):

@@ -16,13 +16,11 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
+from coordinator.egress.errors import BodyDecodeError
+
 __all__ = ["ACCEPT_ENCODING", "BodyDecodeError", "BodyDecoder"]
 
 ACCEPT_ENCODING = "gzip, deflate"
-
-
-class BodyDecodeError(Exception):
-    """The body claimed a content coding it is not encoded in."""
 
 
 class _Gzip:

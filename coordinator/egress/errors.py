@@ -36,7 +36,6 @@ from typing import Any, ClassVar
 
 import aiohttp
 
-from coordinator.egress.encoding import BodyDecodeError
 from proto.errors import RhaipoolError
 
 __all__ = [
@@ -128,7 +127,7 @@ class TenantResponseBytesExceeded(EgressQuotaExceeded):
     limit = "tenant_response_bytes"
 
 
-class TransportFailure(Exception):
+class TransportFailure(RhaipoolError):
     """A request egress itself gave up on; ``str`` is the message the script sees."""
 
 
@@ -144,8 +143,20 @@ class InvalidRequest(TransportFailure):
     """A URL or header the transport cannot send."""
 
 
-class DnsFailure(OSError):
+class DnsFailure(RhaipoolError, OSError):
     """The host name did not resolve (an OSError so the connector reports it as a DNS error)."""
+
+
+class BodyDecodeError(RhaipoolError):
+    """The body claimed a content coding it is not encoded in."""
+
+
+class NoAllowedAddress(RhaipoolError):
+    """The resolver found only addresses the policy refuses (turned into EgressDenied by the caller)."""
+
+    def __init__(self, host: str, address: str) -> None:
+        super().__init__(host, address)
+        self.host, self.address = host, address
 
 
 #: Where Python's phrase differs from the reference's (Rust ``http`` crate ``canonical_reason``), or
