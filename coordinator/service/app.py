@@ -1,6 +1,8 @@
 """The ASGI application of ``rhaipool serve``: routes, error mapping, the gate, the lifespan.
 
-    uvicorn ──▶ Gate (drain, in-flight, metrics) ──▶ Starlette router ──▶ routes_* ──▶ Service
+    uvicorn ──▶ Gate (drain, in-flight, metrics) ──▶ FastLane ──▶ Starlette router ──▶ routes_* ──▶ Service
+
+(the fast lane hands render, write and inference straight to their route function: fastlane.py).
 
 Every failure a client can cause is a 4xx with a one-line ``{"error": ...}``; pool backpressure is a
 retryable 503 with ``Retry-After``; nothing a request body contains can produce a 500.
@@ -12,12 +14,13 @@ import logging
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from coordinator.errors import (
     CpuQuotaExceeded,
@@ -28,6 +31,7 @@ from coordinator.errors import (
     ScriptQuotaExceeded,
 )
 from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
+from coordinator.service.fastlane import FastLane, Handler
 from coordinator.service.gate import Gate
 from coordinator.service.http import HTTPError
 from coordinator.service.metrics import Metrics
@@ -75,6 +79,19 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": "internal error"}, 500)
 
 
+_HANDLERS: dict[type[Exception], Handler] = {
+    HTTPError: _http_error,
+    HTTPException: _starlette_error,
+    Overloaded: _busy,
+    PoolClosed: _busy,
+    Quarantined: _quarantined,
+    QuotaExceeded: _over_quota,
+    Exception: _unexpected,
+}
+_HOT: Final = (routes_regions.render, routes_regions.write, routes_providers.inference)
+"""The per-call operations the fast lane answers without Starlette's router (fastlane.py)."""
+
+
 def create_app(service: Service) -> Any:
     """The ASGI app (a :class:`Gate` around the router); the service starts and stops with its lifespan."""
 
@@ -87,23 +104,18 @@ def create_app(service: Service) -> Any:
         finally:
             await service.stop()
 
+    routes = [*routes_providers.ROUTES, *routes_regions.ROUTES, *routes_scripts.ROUTES, *routes_ops.ROUTES]
     router = Starlette(
         # The router tries routes in order (a regex each, ~1 us apiece): the per-call data plane first.
         # No two routes match the same method and path, so the order changes nothing else.
-        routes=[*routes_providers.ROUTES, *routes_regions.ROUTES, *routes_scripts.ROUTES, *routes_ops.ROUTES],
-        exception_handlers={
-            HTTPError: _http_error,
-            HTTPException: _starlette_error,
-            Overloaded: _busy,
-            PoolClosed: _busy,
-            Quarantined: _quarantined,
-            QuotaExceeded: _over_quota,
-            Exception: _unexpected,
-        },
+        routes=routes,
+        exception_handlers=dict(_HANDLERS),
         lifespan=lifespan,
     )
     metrics = Metrics(service)
-    gate = Gate(router, metrics, lambda: service.config.max_header_bytes)
+    hot = [r for r in routes if isinstance(r, Route) and r.endpoint in _HOT]
+    lane = FastLane(router, _HANDLERS, hot)
+    gate = Gate(lane, metrics, lambda: service.config.max_header_bytes)
     router.state.service = service
     router.state.metrics = metrics
     router.state.gate = gate
