@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
+import socket
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -61,12 +63,31 @@ class _Server(uvicorn.Server):
             log.warning("grace period over: %d call(s) answered 503", cut)
         self.should_exit = True
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        _tune_gc()
+
     def _on_hup(self) -> None:
         try:
             self.service.reload()
             log.warning("configuration reloaded")
         except ValueError as exc:
             log.warning("config reload failed, keeping the last good configuration: %s", exc)
+
+
+def _tune_gc() -> None:
+    """Once started, collect less often and never again scan what start-up built.
+
+    Every call leaves young container objects (task, scope, request, futures), so with the default
+    thresholds (700, 10, 10) the collector ran ~40 times per 1 000 calls, and every ~3 500 calls a
+    full collection walked all ~55 000 objects of the imports, the pool and the app: 21 ms each, 11 us
+    of CPU per call in all (measured: 24 000 calls of ``rhaipool bench service``'s two operations).
+    ``gc.freeze()`` moves what exists at start-up out of the collector's sight (a full collection then
+    took 1.5 ms); a first generation of 10 000 makes young collections 25x rarer (~2 ms each). Both:
+    3 us per call, the longest pause ~2 ms.
+    """
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 10)
 
 
 def _uvicorn_config(app: Any, config: ServeConfig) -> uvicorn.Config:
