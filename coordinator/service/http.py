@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive
 
 from coordinator.service.auth import ADMIN
 from coordinator.service.errors import HTTPError
@@ -114,13 +115,7 @@ async def json_body(request: Request) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         raise HTTPError(413, f"request body larger than {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPError(413, f"request body larger than {limit} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    raw = await _read_body(request.receive, limit)
     if not raw:
         raise HTTPError(400, "request body is empty: expected a JSON object")
     try:
@@ -132,6 +127,27 @@ async def json_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise HTTPError(400, f"request body must be a JSON object, got {type(body).__name__}")
     return body
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """The body's messages read as ``Request.stream`` reads them (a disconnect raises
+    ``ClientDisconnect``) without its async generator: once per request, most bodies in one message."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.disconnect":
+            raise ClientDisconnect()
+        if kind != "http.request":
+            continue
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HTTPError(413, f"request body larger than {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:

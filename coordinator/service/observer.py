@@ -93,7 +93,7 @@ class CallObserver:
         m = self.metrics
         if ended.queue_wait is not None:
             m.child(m.queue_wait, ended.tenant, ended.kind).observe(max(ended.queue_wait, 0.0))
-        reason = refusal_reason(ended.error)
+        reason = None if ended.error is None else refusal_reason(ended.error)
         if reason is not None:
             m.refusals.labels(ended.tenant, reason).inc()
         if ended.result is None:
