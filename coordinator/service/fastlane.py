@@ -1,8 +1,9 @@
 """The per-call data plane dispatched straight to its route function, ahead of Starlette's router.
 
 A render, a write or an inference is the service's whole per-call cost beyond the pool, and Starlette
-spends ~0.03 ms of CPU on each before the route function runs: its app, two error middlewares, the
-router trying each route's regex, the route's own exception wrapper, three ``send`` wrappers. This lane
+spent ~9 us of CPU on each (a third of the service's own layers) before the route function ran: its
+app, two error middlewares, the router trying each route's regex, the route's own exception wrapper,
+three ``send`` wrappers. This lane
 parses the path once, sets what the router would have set in the scope (``app``, ``router``,
 ``endpoint``, ``path_params``) and maps an exception to the same handler the router's middlewares
 would have used, so status codes, bodies and headers are the router's; any other request (another
