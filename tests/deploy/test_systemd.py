@@ -24,7 +24,6 @@ WORKER_UNITS = ("rhaipool.service", "rhaipool-node.service")  # units whose proc
 ALL_UNITS = (*WORKER_UNITS, "rhaipool-node-link.socket", "rhaipool-node-link.service")
 MAX_EXPOSURE = 2.5  # systemd-analyze security: 0 (locked down) .. 10 (exposed); "OK" is below 3
 ANALYZE = shutil.which("systemd-analyze")
-needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed here")
 
 
 def directives(unit: str) -> dict[str, list[str]]:
@@ -51,7 +50,6 @@ def runnable_units(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@needs_analyze
 def test_units_verify_without_a_single_warning(runnable_units: Path) -> None:
     assert ANALYZE is not None
     done = subprocess.run(
@@ -61,7 +59,6 @@ def test_units_verify_without_a_single_warning(runnable_units: Path) -> None:
     assert (done.returncode, done.stderr) == (0, "")
 
 
-@needs_analyze
 @pytest.mark.parametrize("unit", [u for u in ALL_UNITS if u.endswith(".service")])
 def test_exposure_score_is_low(runnable_units: Path, unit: str) -> None:
     assert ANALYZE is not None
@@ -136,7 +133,6 @@ def test_coordinator_config_reads_its_key_from_the_unit_credential() -> None:
     assert data["serve"]["local_workers"] == 0
 
 
-@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="systemd-sysusers is not installed here")
 def test_sysusers_file_creates_the_unprivileged_user_the_units_run_as(tmp_path: Path) -> None:
     (tmp_path / "etc").mkdir()
     done = subprocess.run(
