@@ -35,12 +35,12 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import psutil
 import rhai
 import zmq
 
 from coordinator._core.config import PoolConfig
 from coordinator._core.pool import Pool
+from coordinator.bench.measure import cpu_seconds
 
 __all__ = ["bench", "run_benchmark"]
 
@@ -52,18 +52,6 @@ s.send(b"ready")
 while True:
     s.send_multipart(s.recv_multipart())
 """
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU seconds process ``pid`` has used, all its threads (ZeroMQ's I/O thread too), to the nanosecond.
-
-    Through the process's own CPU clock (Linux: ``clock_getcpuclockid``'s encoding); psutil reads clock
-    ticks of 10 ms, too coarse for a few thousand calls of tens of µs each.
-    """
-    try:
-        return time.clock_gettime(((~pid) << 3) | 2)
-    except OSError:
-        return float(sum(psutil.Process(pid).cpu_times()[:2]))
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:
@@ -106,7 +94,7 @@ class _Echo:
         self.identity = self.router.recv_multipart()[0]
 
     def cpu(self) -> tuple[float, float]:
-        return time.process_time(), _cpu_seconds(self._child.pid)
+        return time.process_time(), cpu_seconds(self._child.pid)
 
     def per_call_us(self, since: tuple[float, float], n: int) -> dict[str, float]:
         """CPU per call of each side since ``since`` (a ``cpu()`` reading)."""
@@ -233,7 +221,7 @@ async def _pool_round_trip(n: int) -> dict[str, float]:
             await pool.call(handle, "f", 1)
         worker = pool.workers()[0].pid
         samples = []
-        cpu0, worker0 = time.process_time(), _cpu_seconds(worker)
+        cpu0, worker0 = time.process_time(), cpu_seconds(worker)
         for _ in range(n):
             t = time.perf_counter()
             await pool.call(handle, "f", 1)
@@ -241,7 +229,7 @@ async def _pool_round_trip(n: int) -> dict[str, float]:
         figures = _percentiles(samples)
         # CPU per call of each side, ZeroMQ I/O threads included: where the time goes on a busy core.
         figures["coordinator_cpu_us"] = (time.process_time() - cpu0) / n * 1e6
-        figures["worker_cpu_us"] = (_cpu_seconds(worker) - worker0) / n * 1e6
+        figures["worker_cpu_us"] = (cpu_seconds(worker) - worker0) / n * 1e6
         return figures
 
 
@@ -251,14 +239,14 @@ async def _throughput(workers: int, calls: int) -> dict[str, float]:
         handle = await pool.load(TRIVIAL, name="trivial.rhai")
         await asyncio.gather(*(pool.call(handle, "f", i) for i in range(2000)))
         pids = [w.pid for w in pool.workers()]
-        cpu0, workers0 = time.process_time(), sum(map(_cpu_seconds, pids))
+        cpu0, workers0 = time.process_time(), sum(map(cpu_seconds, pids))
         t = time.perf_counter()
         await asyncio.gather(*(pool.call(handle, "f", i) for i in range(calls)))
         elapsed = time.perf_counter() - t
         return {
             "calls_per_s": calls / elapsed,
             "coordinator_cpu_us": (time.process_time() - cpu0) / calls * 1e6,
-            "worker_cpu_us": (sum(map(_cpu_seconds, pids)) - workers0) / calls * 1e6,
+            "worker_cpu_us": (sum(map(cpu_seconds, pids)) - workers0) / calls * 1e6,
         }
 
 

@@ -39,6 +39,8 @@ from typing import Any
 import httpx
 import psutil
 
+from coordinator.bench.measure import cpu_seconds
+
 __all__ = ["RawHttp", "Side", "main"]
 
 HOOK = 'fn render(ctx) { "ok" }'
@@ -67,22 +69,6 @@ def _p50(values: list[float]) -> float:
     return sorted(values)[len(values) // 2] * 1000
 
 
-def _thread_cpu(pid: int) -> float:
-    """CPU seconds of every thread of ``pid`` (``schedstat``: nanoseconds, not 10 ms ticks)."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0.0
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
-                total += int(stat.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
-
-
 def cpu_reader(pid: int) -> CpuReader:
     """Reads ``pid``'s CPU and its descendants' (the pool's workers) separately."""
 
@@ -91,7 +77,7 @@ def cpu_reader(pid: int) -> CpuReader:
             children = psutil.Process(pid).children(recursive=True)
         except psutil.Error:
             children = []
-        return _thread_cpu(pid), sum(_thread_cpu(c.pid) for c in children)
+        return cpu_seconds(pid), sum(cpu_seconds(c.pid) for c in children)
 
     return read
 
