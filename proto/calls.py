@@ -82,8 +82,8 @@ def _plain_sha(sha: str) -> bool:
 
 
 def _plain_call(cls: type[Call], body: Mapping[str, Any]) -> Call | None:
-    """One pass over a CALL body whose every field is plainly valid (no resident list, a float or no
-    timeout); ``None`` when in any doubt, and the field-by-field reader then names the defect.
+    """One pass over a CALL body whose every field is plainly valid (a float or no timeout); ``None``
+    when in any doubt, and the field-by-field reader then names the defect.
 
     Both sides read every CALL (the coordinator checks what it sends): this keeps that check cheap."""
     fields = _plain_call_fields(body)
@@ -103,13 +103,38 @@ def _plain_call_fields(body: Mapping[str, Any]) -> tuple[Any, ...] | None:
         and (timeout is None or (type(timeout) is float and timeout > 0))
         and (source is None or type(source) is str)
         and type(args) is list and type(fn) is str and type(tenant) is str and type(name) is str
-        and get("resident") is None
     ):  # fmt: skip
         return None
     op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
     if op is None or kind is None:
         return None
-    return ident, op, kind, sha, fn, args, timeout, tenant, name, source, window, None
+    resident = get("resident")
+    if resident is not None and not _plain_resident(resident, op, kind, args):
+        return None
+    return ident, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident
+
+
+def _plain_resident(resident: Any, op: Op, kind: Kind, args: list[Any]) -> bool:
+    """``check_resident``'s rules in one pass, for the common case: a steady region's render carries a
+    resident map on every call.  ``False`` when in any doubt (the careful reader names the defect)."""
+    if type(resident) is not dict or op is not Op.CALL or kind is not Kind.REGION:
+        return False
+    get = resident.get
+    key, version, base, drop = get("key"), get("version"), get("base"), get("drop")
+    return (
+        bool(args) and type(args[0]) is dict
+        and type(key) is str and 16 <= len(key) <= MAX_RESIDENT_KEY
+        and type(version) is int and 0 <= version <= s.MAX_ID
+        and (base is None or (type(base) is int and 0 <= base <= s.MAX_ID))
+        and type(drop) is list and type(get("entries")) is list
+        and (not drop if base is None else _ascending_ids(drop))
+    )  # fmt: skip
+
+
+def _ascending_ids(drop: list[Any]) -> bool:
+    return all(type(i) is int for i in drop) and (not drop or drop[0] >= 0) and all(
+        b > a for a, b in pairwise(drop)
+    )
 
 
 def _plain_result(cls: type[Result], body: Mapping[str, Any]) -> Result | None:

@@ -123,3 +123,67 @@ def test_encode_call_refuses_what_encode_refuses(fields: tuple[Any, ...]) -> Non
         encode_call(*fields)
     assert type(also_refused.value) is type(refused.value)
     assert str(also_refused.value) == str(refused.value)
+
+
+RESIDENT_CALL_BODY: dict[str, Any] = Call(
+    9, "call", "region", SHA, "render", [{"entries": []}], 2.0, "t1", "r.rhai", None, 16,
+    {"key": "k" * 43, "version": 3, "base": 2, "drop": [0, 4], "entries": [{"id": 5}]},
+).to_body()  # fmt: skip
+RESIDENT_ODD_VALUES: list[Any] = [
+    *ODD_VALUES, "k" * 15, "k" * 16, "k" * 128, "k" * 129, 2**63 - 1, [0], [3, 1], [1, 1], [-1, 2], [0, True],
+    [1.0], [0, 2**63], [{}], [{"entries": []}],
+]  # fmt: skip
+
+
+def _agree(body: dict[str, Any]) -> None:
+    careful = outcome(Call._checked, body)
+    assert outcome(Call.from_body, body) == careful, body
+    checked = outcome(Call.check, body)
+    assert checked[0] == careful[0], body
+    if careful[0] == "error":
+        assert checked == careful, body
+
+
+def _with_resident(**fields: Any) -> dict[str, Any]:
+    resident = {k: v for k, v in {**RESIDENT_CALL_BODY["resident"], **fields}.items() if v is not _ABSENT}
+    return {**RESIDENT_CALL_BODY, "resident": resident}
+
+
+_ABSENT = object()
+
+
+def test_every_resident_field_with_every_odd_value_is_read_as_the_careful_reader_reads_it() -> None:
+    for field in ["key", "version", "base", "drop", "entries", "extra"]:
+        for value in [*RESIDENT_ODD_VALUES, _ABSENT]:
+            _agree(_with_resident(**{field: value}))
+    for field in ["op", "kind", "args"]:
+        for value in RESIDENT_ODD_VALUES:
+            _agree({**RESIDENT_CALL_BODY, field: value})
+
+
+def test_every_base_and_drop_pair_is_read_as_the_careful_reader_reads_it() -> None:
+    for base in [None, 0, 2, -1, 2**63, True, 1.0]:
+        for drop in RESIDENT_ODD_VALUES:
+            _agree(_with_resident(base=base, drop=drop))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["key", "version", "base", "drop", "entries", "extra"]),
+        st.sampled_from(RESIDENT_ODD_VALUES),
+        max_size=3,
+    ),
+    st.dictionaries(st.sampled_from(["op", "kind", "args"]), st.sampled_from(RESIDENT_ODD_VALUES), max_size=1),
+)
+def test_resident_call_reader_agrees_with_the_careful_one(changes: dict[str, Any], outer: dict[str, Any]) -> None:
+    _agree({**_with_resident(**changes), **outer})
+
+
+def test_a_plainly_valid_resident_call_is_read_in_one_pass() -> None:
+    """The steady render's CALL (a resident map on every call) takes the one-pass reader."""
+    from proto.calls import _plain_call_fields
+
+    fields = _plain_call_fields(RESIDENT_CALL_BODY)
+    assert fields is not None and fields[-1] == RESIDENT_CALL_BODY["resident"]
+    assert Call.from_body(RESIDENT_CALL_BODY) == Call._checked(RESIDENT_CALL_BODY)
