@@ -105,8 +105,17 @@ async def read_capped(
     if declared.isdigit() and int(declared) > cap:
         raise _too_large()
     reserved = int(declared) if declared.isdigit() else 0
-    if reserve is not None:
+    if reserve is not None and reserved:
         await reserve(reserved)
+    content = response.content
+    if content.is_eof() and content.exception() is None and "content-encoding" not in response.headers:
+        # The whole body came with the headers (a small answer): taken as it lies, no reads to wait for.
+        body = bytearray(content.read_nowait())
+        if len(body) > cap:
+            raise _too_large()
+        if reserve is not None and len(body) > reserved:
+            await reserve(len(body) - reserved)
+        return body
     body = bytearray()  # grown in place: joining chunks at the end would hold the body twice
     async for chunk in body_chunks(response):
         if len(body) + len(chunk) > cap:

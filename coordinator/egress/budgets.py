@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import itertools
 from collections import Counter, deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from coordinator.egress.errors import (
@@ -238,26 +237,48 @@ class TenantBudgets:
         if budget is not None and budget.idle:
             del table[tenant]
 
-    @contextlib.asynccontextmanager
-    async def request(self, tenant: str, kind: str) -> AsyncIterator[Reservation]:
-        """One egress request of ``tenant`` (``kind`` ``"response"`` or ``"stream"``) while it runs."""
-        slots = self._per_tenant(self._requests, tenant, self.limits.tenant_requests)
-        if slots is not None and not await slots.acquire(1, self.limits.request_wait):
-            self.refusals[TenantRequestsExceeded.limit] += 1
+    def request(self, tenant: str, kind: str) -> _Request:
+        """One egress request of ``tenant`` (``kind`` ``"response"`` or ``"stream"``) while it runs:
+        ``async with budgets.request(tenant, kind) as reservation``."""
+        return _Request(self, tenant, kind)
+
+
+class _Request:
+    """:meth:`TenantBudgets.request`'s context: the tenant's request slot and the body's reservation.
+
+    A class rather than ``asynccontextmanager``: it is entered once per egress request, and the
+    generator machinery cost more than the bookkeeping itself."""
+
+    __slots__ = ("_kind", "_owner", "_reservation", "_slots", "_tenant")
+
+    def __init__(self, owner: TenantBudgets, tenant: str, kind: str) -> None:
+        self._owner, self._tenant, self._kind = owner, tenant, kind
+        self._slots: ByteBudget | None = None
+        self._reservation: Reservation | None = None
+
+    async def __aenter__(self) -> Reservation:
+        owner, tenant = self._owner, self._tenant
+        slots = owner._per_tenant(owner._requests, tenant, owner.limits.tenant_requests)
+        if slots is not None and not await slots.acquire(1, owner.limits.request_wait):
+            owner.refusals[TenantRequestsExceeded.limit] += 1
             raise TenantRequestsExceeded(
                 f"egress refused: tenant {tenant!r} already has {slots.total} requests in flight "
                 "(EgressLimits.tenant_requests)",
                 tenant=tenant,
             )
-        if kind == "stream":
-            reservation = Reservation(self, self.streams, StreamBudgetExhausted, tenant)
+        self._slots = slots
+        if self._kind == "stream":
+            reservation = Reservation(owner, owner.streams, StreamBudgetExhausted, tenant)
         else:
-            reservation = Reservation(self, self.responses, ResponseBudgetExhausted, tenant)
-        try:
-            yield reservation
-        finally:
-            reservation.close()
-            if slots is not None:
-                slots.release(1)
-            self._forget_idle(self._requests, tenant)
-            self._forget_idle(self._bytes, tenant)
+            reservation = Reservation(owner, owner.responses, ResponseBudgetExhausted, tenant)
+        self._reservation = reservation
+        return reservation
+
+    async def __aexit__(self, *exc: object) -> None:
+        owner, tenant = self._owner, self._tenant
+        if self._reservation is not None:
+            self._reservation.close()
+        if self._slots is not None:
+            self._slots.release(1)
+        owner._forget_idle(owner._requests, tenant)
+        owner._forget_idle(owner._bytes, tenant)

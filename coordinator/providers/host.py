@@ -54,7 +54,26 @@ def _settled(value: Any, error: Exception | None = None) -> asyncio.Future[Any]:
 
 
 def _headers(value: Any) -> dict[str, str]:
-    return {str(k): header_value(v) for k, v in value.items()}
+    return {str(k): header_value(v) for k, v in value.items()} if value else {}
+
+
+_VERDICTS: dict[tuple[str, tuple[type, ...]], bool] = {}
+"""Argument-type verdicts by (function, Python types): a Rhai type name is a function of the Python
+type alone, and wire values come in a handful of types, so this stays small (bounded anyway)."""
+
+
+def _registered(name: str, args: list[Any]) -> bool:
+    """Whether ``args`` match a signature ``name`` is registered with, as in the reference (proto's
+    table); worked out once per (function, argument types) rather than on every request."""
+    key = (name, tuple(map(type, args)))
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        wanted = BROKERED_FUNCTIONS[Kind.PROVIDER][name].wire_signatures
+        verdict = tuple(map(rhai_type_name, args)) in wanted
+        if len(_VERDICTS) >= 256:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict
 
 
 @dataclass
@@ -100,8 +119,7 @@ class ProviderHost:
         """Argument types as the reference registers them; anything else is "function not found"."""
         if self.offline or self.egress is None:
             raise _not_found(name, args)
-        # The argument types each host function is registered with, as in the reference (proto's table).
-        if tuple(map(rhai_type_name, args)) not in BROKERED_FUNCTIONS[Kind.PROVIDER][name].wire_signatures:
+        if not _registered(name, args):
             raise _not_found(name, args)
 
     async def _on_error(self, err: HostError) -> HostCallError:

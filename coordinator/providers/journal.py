@@ -136,6 +136,26 @@ class StreamRecord:
                 await self._changed.wait_for(functools.partial(self._has, index))
 
 
+async def _performed(
+    perform: Callable[[MarkSent], Awaitable[Any]], mark_sent: MarkSent, answer: asyncio.Future[Any]
+) -> Any:
+    """``perform``'s outcome, also handed to ``answer`` from inside the task: ``asyncio.shield`` of a
+    new request, without the shield's extra future and loop turn. Cancelling ``answer`` abandons it
+    and leaves the request running; a request cancelled (its call ended) cancels ``answer`` too."""
+    try:
+        value = await perform(mark_sent)
+    except asyncio.CancelledError:
+        answer.cancel()
+        raise
+    except BaseException as exc:
+        if not answer.done():
+            answer.set_exception(exc)
+        raise
+    if not answer.done():
+        answer.set_result(value)
+    return value
+
+
 @dataclass(eq=False)
 class Entry:
     """One recorded request: what was asked, whether it left the machine, and its outcome."""
@@ -189,12 +209,14 @@ class Journal:
         """:meth:`unary` without a coroutine around it: the outcome, shielded (cancelling it leaves the
         request running for a re-run). Raises at once when a re-run diverged."""
         entry = self._replayed(name, args)
-        if entry is None:
-            entry = self._new(name, args)
-            entry.outcome = asyncio.ensure_future(perform(self._sent_of(entry)))
-            entry.outcome.add_done_callback(lambda done: self._settled(entry, done))
-        assert entry.outcome is not None
-        return asyncio.shield(entry.outcome)
+        if entry is not None:
+            assert entry.outcome is not None
+            return asyncio.shield(entry.outcome)
+        entry = self._new(name, args)
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        entry.outcome = asyncio.ensure_future(_performed(perform, self._sent_of(entry), answer))
+        entry.outcome.add_done_callback(lambda done: self._settled(entry, done))
+        return answer
 
     def stream(
         self, name: str, args: list[Any], open_events: Callable[[MarkSent], AsyncIterator[Any]], idle: float

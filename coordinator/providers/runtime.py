@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from coordinator.egress import Egress
@@ -50,6 +50,30 @@ JOB_TIMEOUT_SECS = 900.0
 _MAX_REMEMBERED_CAPABILITIES = 4096
 
 
+class _Serving:
+    """:meth:`ProviderRuntime._serving`'s context (a class: one per attempt, cheaper than a generator)."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: ProviderHost) -> None:
+        self.host = host
+
+    def __enter__(self) -> ProviderHost:
+        return self.host
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            diverged = self.host.journal.diverged
+            if diverged is None:
+                return
+            if exc is None:
+                raise RerunDiverged(diverged)
+            if isinstance(exc, ProviderError) and not isinstance(exc, RerunDiverged):
+                raise RerunDiverged(diverged) from exc
+        finally:
+            self.host.close()
+
+
 class ProviderRuntime:
     """Script providers by name; one per coordinator (rate limits are per provider, global)."""
 
@@ -70,6 +94,7 @@ class ProviderRuntime:
         self._capabilities: dict[
             tuple[str, str, str], tuple[LoadedProvider, ProvidersConfig, Capabilities]
         ] = {}
+        self._gated_for: tuple[ProvidersConfig | None, dict[str, int]] = (None, {})
         self.on_retry: Callable[[ProviderError, float], None] | None = None
         """Told of each retry (the error and the delay) before its wait; the CLI prints it."""
 
@@ -101,9 +126,16 @@ class ProviderRuntime:
             self._limiters[provider.name] = entry
         return entry[1], entry[2]
 
+    def _gated(self) -> dict[str, int]:
+        """``[limits.max_concurrent_inferences_by_provider]`` as a dict, made once per snapshot."""
+        config = self.config
+        if self._gated_for[0] is not config:
+            self._gated_for = (config, dict(config.max_concurrent))
+        return self._gated_for[1]
+
     def _gate(self, provider: LoadedProvider) -> contextlib.AbstractAsyncContextManager[Any]:
         """``[limits.max_concurrent_inferences_by_provider]``: at most N calls of this provider at once."""
-        limit = dict(self.config.max_concurrent).get(provider.name)
+        limit = self._gated().get(provider.name)
         if limit is None:
             return contextlib.nullcontext()
         entry = self._gates.get(provider.name)
@@ -125,20 +157,10 @@ class ProviderRuntime:
         )
 
     @staticmethod
-    @contextlib.contextmanager
-    def _serving(host: ProviderHost) -> Iterator[ProviderHost]:
+    def _serving(host: ProviderHost) -> _Serving:
         """``host`` lives exactly as long as its call; a re-run that diverged fails the call, whatever
         the script made of the failed host call."""
-        try:
-            yield host
-            if host.journal.diverged is not None:
-                raise RerunDiverged(host.journal.diverged)
-        except ProviderError as exc:
-            if host.journal.diverged is not None and not isinstance(exc, RerunDiverged):
-                raise RerunDiverged(host.journal.diverged) from exc
-            raise
-        finally:
-            host.close()
+        return _Serving(host)
 
     async def _call_aside(self, provider: LoadedProvider, fn: str, args: list[Any], tenant: str) -> Any:
         """A non-inference entry point: one call, no retries, the global request timeout."""
@@ -248,6 +270,8 @@ class ProviderRuntime:
     async def _attempt(
         self, provider: LoadedProvider, request: dict[str, Any], timeout: float, budget: float, tenant: str
     ) -> Response:
+        if provider.name not in self._gated():  # the usual case: no gate to pass
+            return await self._attempt_now(provider, request, timeout, budget, tenant)
         async with self._gate(provider):
             return await self._attempt_now(provider, request, timeout, budget, tenant)
 

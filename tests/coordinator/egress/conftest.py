@@ -1,9 +1,11 @@
-"""A loopback HTTP server whose answers the test holds open until it lets them go."""
+"""Loopback servers: one holding its answers open until the test lets them go, one writing raw bytes."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -59,3 +61,30 @@ def held(gate: Gate) -> Iterator[StandinServer]:
             yield server
         finally:
             gate.open()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Any]:
+    """``raw_server(reply)``: a port whose connections read the request, write ``reply`` and close."""
+    sockets: list[socket.socket] = []
+
+    def start(reply: bytes) -> int:
+        listener = socket.create_server(("127.0.0.1", 0))
+        sockets.append(listener)
+
+        def serve() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(reply)
+
+        threading.Thread(target=serve, daemon=True).start()
+        return int(listener.getsockname()[1])
+
+    yield start
+    for listener in sockets:
+        listener.close()

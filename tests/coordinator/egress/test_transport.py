@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import socket
-import threading
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -49,33 +47,6 @@ def server() -> Iterator[StandinServer]:
         srv.route("POST", "/echo", _echo)
         srv.route("POST", "/see-other", lambda r: Reply(303, {"Location": "/echo"}, b""))
         yield srv
-
-
-@pytest.fixture
-def raw_server() -> Iterator[Any]:
-    """``raw_server(reply)``: a port whose connections read the request, write ``reply`` and close."""
-    sockets: list[socket.socket] = []
-
-    def start(reply: bytes) -> int:
-        listener = socket.create_server(("127.0.0.1", 0))
-        sockets.append(listener)
-
-        def serve() -> None:
-            while True:
-                try:
-                    conn, _ = listener.accept()
-                except OSError:
-                    return
-                with conn:
-                    conn.recv(65536)
-                    conn.sendall(reply)
-
-        threading.Thread(target=serve, daemon=True).start()
-        return int(listener.getsockname()[1])
-
-    yield start
-    for listener in sockets:
-        listener.close()
 
 
 def test_gzip_and_deflate_bodies_are_decoded(server: StandinServer) -> None:

@@ -15,6 +15,7 @@ from coordinator.providers.response import (
     parse_chunk,
     parse_response,
     parse_usage,
+    to_plain,
 )
 
 
@@ -165,3 +166,14 @@ def test_pc5_collapse() -> None:
     assert [(t.index, t.id, t.name, t.arguments_delta) for t in c.tool_calls] == [
         (0, "c1", "f", '{"a":[1],"b":1}')
     ]
+
+
+def test_a_flat_answer_reads_as_a_copy_with_the_usual_rules() -> None:
+    """A flat map of text and numbers is taken in one pass: still a copy, and the rules still hold."""
+    flat = {"content": "hi", "n": 3, "ok": True, "none": None}
+    plain = to_plain(flat)
+    assert plain == flat and plain is not flat
+    assert to_plain({"x": float("nan"), "y": 1.5}) == {"x": None, "y": 1.5}  # floats keep their rule
+    assert to_plain({"b": b"\x01\x02"}) == {"b": [1, 2]}
+    with pytest.raises(InvalidResponse, match="map key is not a string"):
+        parse_response({1: "a"})
