@@ -9,11 +9,15 @@
 //! can build (measured: at most ~200 bytes of stack per level, one level costs a
 //! script at least ~2 operations).
 //!
-//! The stack is an anonymous `MAP_NORESERVE` mapping with a guard page; up to two
-//! idle ones are kept for the next calls (of any thread). Only the pages a call
-//! really touches use memory, and a long call gives its deep pages back. If the
-//! mapping cannot be made (address space exhausted), the call runs on the caller's
-//! stack as before.
+//! The stack is an anonymous `MAP_NORESERVE` mapping with a guard page. Idle ones
+//! are kept for the next calls (of any thread), as many as calls were in flight,
+//! within `MAX_IDLE` and the address-space share the stacks of running calls get:
+//! a worker with 64 provider calls waiting on HTTP starts and ends calls all the
+//! time, and mapping a stack per call cost five system calls and page faults. Only
+//! the pages a call really touches use memory; a long call, or one whose stack
+//! joins several idle ones, gives its deep pages back. If no mapping can be made
+//! (address space exhausted, even after unmapping the idle ones), the caller is
+//! told so: a script call then fails rather than run on a thread's small stack.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -111,45 +115,174 @@ impl Drop for Mapping {
     }
 }
 
-/// A new stack of `size` bytes, or of `FLOOR_STACK` when our stacks already hold
-/// their share of the address space limit.
-fn map_within_budget(size: usize) -> Option<Mapping> {
+/// The share of the address space as last read by `address_space_share`: read when
+/// a stack is mapped (a system call), used when one is released (every call).
+static SHARE_SEEN: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The share of the address space our stacks may hold: `RLIMIT_AS / SHARE_OF_ADDRESS_SPACE`,
+/// unbounded without a limit.
+fn address_space_share() -> usize {
+    let share = read_address_space_share();
+    SHARE_SEEN.store(share, Ordering::Relaxed);
+    share
+}
+
+fn read_address_space_share() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `limit` is a valid out-parameter.
     let known = unsafe { libc::getrlimit(libc::RLIMIT_AS, &raw mut limit) } == 0;
-    let share = if known && limit.rlim_cur != libc::RLIM_INFINITY {
+    if known && limit.rlim_cur != libc::RLIM_INFINITY {
         usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX) / SHARE_OF_ADDRESS_SPACE
     } else {
         usize::MAX
-    };
-    let wanted = if MAPPED.load(Ordering::Relaxed).saturating_add(size) <= share {
-        size
-    } else {
-        size.min(FLOOR_STACK)
-    };
-    Mapping::new(wanted)
+    }
 }
 
-/// Idle stacks, kept between calls: a fresh mapping per call costs three system
-/// calls and a page fault for every stack page the call touches (~8 us a call).
-static IDLE: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+/// Stacks no call is running on, kept for the next calls (of any thread).
+struct Idle {
+    stacks: Vec<Mapping>,
+    /// Sum of `stacks`' lengths.
+    bytes: usize,
+}
+
+impl Idle {
+    fn take(&mut self, index: usize) -> Mapping {
+        let mapping = self.stacks.swap_remove(index);
+        self.bytes -= mapping.len;
+        IDLE_COUNT.store(self.stacks.len(), Ordering::Relaxed);
+        mapping
+    }
+
+    fn keep(&mut self, mapping: Mapping) {
+        self.bytes += mapping.len;
+        self.stacks.push(mapping);
+        IDLE_COUNT.store(self.stacks.len(), Ordering::Relaxed);
+    }
+
+    /// The index of the smallest idle stack of at least `size` bytes.
+    fn smallest_fitting(&self, size: usize) -> Option<usize> {
+        let fitting = self
+            .stacks
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.len >= size);
+        fitting.min_by_key(|(_, m)| m.len).map(|(index, _)| index)
+    }
+
+    fn index_of_largest(&self) -> Option<usize> {
+        let largest = self.stacks.iter().enumerate().max_by_key(|(_, m)| m.len);
+        largest.map(|(index, _)| index)
+    }
+
+    fn index_of_smallest(&self) -> Option<usize> {
+        let smallest = self.stacks.iter().enumerate().min_by_key(|(_, m)| m.len);
+        smallest.map(|(index, _)| index)
+    }
+}
+
+/// Idle stacks, kept between calls: a fresh mapping per call costs five system
+/// calls and a page fault for every stack page the call touches (~8 us a call),
+/// and with many calls in flight (a worker's provider calls waiting on HTTP) calls
+/// end and start all the time, so a few kept stacks are not enough.
+static IDLE: Mutex<Idle> = Mutex::new(Idle {
+    stacks: Vec::new(),
+    bytes: 0,
+});
+
+/// A stack for a call that wants `size` bytes: an idle one that is big enough; a new
+/// one of `size` while the stacks calls are running on stay within their share of
+/// the address space (idle ones are unmapped to make room: a kept stack must never
+/// cost a call its full size); else the biggest idle one or a new `FLOOR_STACK`.
+/// New stacks are mapped under the lock, so concurrent calls cannot all take the
+/// last room in the share.
+fn acquire(size: usize) -> Option<Mapping> {
+    let mut idle = IDLE.lock().ok()?;
+    if let Some(index) = idle.smallest_fitting(size) {
+        return Some(idle.take(index));
+    }
+    let in_calls = MAPPED.load(Ordering::Relaxed).saturating_sub(idle.bytes);
+    let full_size_fits = |share: usize| in_calls.saturating_add(size) <= share;
+    // Steady state under a limit: the share is taken, an idle smaller stack serves
+    // (no system call).
+    if !full_size_fits(SHARE_SEEN.load(Ordering::Relaxed)) {
+        if let Some(index) = idle.index_of_largest() {
+            return Some(idle.take(index));
+        }
+    }
+    let share = address_space_share();
+    if full_size_fits(share) {
+        while MAPPED.load(Ordering::Relaxed).saturating_add(size) > share {
+            let Some(index) = idle.index_of_smallest() else {
+                break;
+            };
+            drop(idle.take(index));
+        }
+        return map_or_free_idle(&mut idle, size);
+    }
+    if let Some(index) = idle.index_of_largest() {
+        return Some(idle.take(index));
+    }
+    map_or_free_idle(&mut idle, size.min(FLOOR_STACK))
+}
+
+/// A new mapping of `size`, unmapping every idle stack first if the address space
+/// has no room for it: a kept stack must not make a call fail.
+fn map_or_free_idle(idle: &mut Idle, size: usize) -> Option<Mapping> {
+    Mapping::new(size).or_else(|| {
+        while let Some(index) = idle.index_of_smallest() {
+            drop(idle.take(index));
+        }
+        Mapping::new(size)
+    })
+}
+
+/// Keeps `mapping` for the next call while at most `MAX_IDLE` stacks holding at most
+/// the address-space share are idle; a full pool keeps the bigger stack (a big
+/// stack serves every call), else `mapping` is unmapped.
+fn release(mapping: Mapping) {
+    let Ok(mut idle) = IDLE.lock() else {
+        return;
+    };
+    let share = SHARE_SEEN.load(Ordering::Relaxed);
+    if idle.stacks.len() < MAX_IDLE && idle.bytes.saturating_add(mapping.len) <= share {
+        idle.keep(mapping);
+        return;
+    }
+    let Some(index) = idle.index_of_smallest() else {
+        return;
+    };
+    let smallest = idle.stacks[index].len;
+    if smallest < mapping.len && idle.bytes - smallest + mapping.len <= share {
+        let replaced = idle.take(index);
+        idle.keep(mapping);
+        drop(idle);
+        drop(replaced);
+    }
+}
 
 thread_local! {
     /// Whether this thread is running on one of our stacks now (nested calls stay on it).
     static ACTIVE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// How many idle stacks the process keeps: enough for back-to-back calls, few
-/// enough that a worker's idle threads do not hold address space (`RLIMIT_AS`)
-/// for stacks nobody uses; concurrent calls beyond this map their own.
-const MAX_IDLE: usize = 2;
+/// How many idle stacks the process keeps at most: one per script thread of a busy
+/// worker (64 provider calls in flight each hold one). What a kept stack costs is
+/// the address space it reserves, bounded by the share of `RLIMIT_AS` together with
+/// the stacks in calls, and the pages left resident at its top (`KEEP_HOT`).
+const MAX_IDLE: usize = 128;
+/// Idle stacks that may keep what a short call touched untrimmed (back-to-back
+/// calls of one thread reuse them without a system call).
+const UNTRIMMED_IDLE: usize = 2;
 /// A call that ran this long may have touched deep stack pages: give them back.
 const TRIM_AFTER: Duration = Duration::from_millis(1);
-/// What stays resident at the top of a kept stack after trimming.
-const KEEP_HOT: usize = 1 << 20;
+/// What stays resident at the top of a trimmed stack (a provider call waiting on
+/// HTTP touches ~100 KiB).
+const KEEP_HOT: usize = 256 << 10;
+/// How many stacks are idle now (read without the lock, to decide on trimming).
+static IDLE_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs `f` on a stack of at least `size` bytes (on the current one if `f` is
 /// nested inside another such call); `None` if no stack can be made (address space
@@ -161,15 +294,15 @@ pub fn try_run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> Option<R> 
     if ACTIVE.try_with(Cell::get).unwrap_or(true) {
         return Some(f());
     }
-    let mapping = take_idle(size).or_else(|| map_within_budget(size))?;
+    let mapping = acquire(size)?;
     let started = Instant::now();
     ACTIVE.set(true);
     let outcome = run_on(&mapping, f);
     ACTIVE.set(false);
-    if started.elapsed() >= TRIM_AFTER {
+    if started.elapsed() >= TRIM_AFTER || IDLE_COUNT.load(Ordering::Relaxed) >= UNTRIMMED_IDLE {
         mapping.trim();
     }
-    put_idle(mapping);
+    release(mapping);
     Some(unwrap_outcome(outcome))
 }
 
@@ -201,32 +334,6 @@ pub fn run_on_fresh_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
     let _ = ACTIVE.try_with(|a| a.set(false));
     drop(mapping);
     unwrap_outcome(outcome)
-}
-
-/// The smallest idle stack of at least `size` bytes.
-fn take_idle(size: usize) -> Option<Mapping> {
-    let mut idle = IDLE.lock().ok()?;
-    let (index, _) = idle
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| m.len >= size)
-        .min_by_key(|(_, m)| m.len)?;
-    Some(idle.swap_remove(index))
-}
-
-/// Keeps `mapping` for the next call; when `MAX_IDLE` are kept, it replaces a
-/// smaller one (a big stack serves every call), else it is unmapped.
-fn put_idle(mapping: Mapping) {
-    let Ok(mut idle) = IDLE.lock() else {
-        return;
-    };
-    if idle.len() < MAX_IDLE {
-        idle.push(mapping);
-    } else if let Some(smallest) = idle.iter_mut().min_by_key(|m| m.len) {
-        if smallest.len < mapping.len {
-            *smallest = mapping;
-        }
-    }
 }
 
 fn run_on<R>(mapping: &Mapping, f: impl FnOnce() -> R) -> Option<std::thread::Result<R>> {
