@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, Protocol
 
-from proto.calls import Call, Cancel, Chunk, Credit, Error, Result, call_body
+from proto.calls import Call, Cancel, Chunk, Credit, Error, Result, _plain_call_fields, call_body
 from proto.commands import COMMAND_FRAMES, Command
 from proto.control import Goodbye, Heartbeat, Ready, Shutdown
-from proto.errors import MalformedMessage, UnknownCommand, VersionMismatch
+from proto.errors import MalformedMessage, ProtocolError, UnknownCommand, VersionMismatch
 from proto.host import HostCall, HostChunk, HostReply
 from proto.schema import as_body
 from proto.values import pack, unpack
@@ -29,8 +29,10 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "Message",
     "decode",
+    "decode_plain_call",
     "encode",
     "encode_call",
+    "encode_result",
     "signature_for",
 ]
 
@@ -76,6 +78,8 @@ MESSAGE_TYPES: Final[dict[Command, Any]] = {
     )
 }
 _HEADERS: Final = {command: SIGNATURE + bytes((command,)) for command in Command}
+_CALL_HEADER: Final = _HEADERS[Command.CALL]
+_RESULT_HEADER: Final = _HEADERS[Command.RESULT]
 _TYPES_BY_BYTE: Final[dict[int, Any]] = {int(command): cls for command, cls in MESSAGE_TYPES.items()}
 """Plain-int lookups: ``Command(byte)`` costs an enum construction per message on the hot path."""
 
@@ -102,6 +106,36 @@ def encode_call(
     body = call_body(id, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident)
     Call.check(body)
     return [_HEADERS[Command.CALL] + pack(body)]
+
+
+def encode_result(
+    id: int, value: Any, wall: float, cpu: float, peak_rss: int, ops: int, output: list[str]
+) -> list[bytes]:
+    """``encode(Result(...))`` without building the frozen message first: every call a worker runs
+    ends in one.  Same bytes, same refusals (``ProtocolError`` for a value the peer would drop)."""
+    body = {
+        "id": id,
+        "value": value,
+        "wall": wall,
+        "cpu": cpu,
+        "peak_rss": peak_rss,
+        "ops": ops,
+        "output": output,
+    }
+    return [_RESULT_HEADER + pack(body)]
+
+
+def decode_plain_call(frames: Sequence[bytes]) -> tuple[Any, ...] | None:
+    """A plainly valid CALL's fields, in ``Call``'s order, without building the frozen message (the
+    worker's hot path); ``None`` for anything else or in any doubt: ``decode`` then reads it, naming
+    any defect."""
+    if len(frames) != COMMAND_FRAMES or not frames[0].startswith(_CALL_HEADER):
+        return None
+    try:
+        body = unpack(memoryview(frames[0])[HEADER_BYTES:])
+    except ProtocolError:
+        return None
+    return _plain_call_fields(body) if type(body) is dict else None
 
 
 def decode(frames: Sequence[bytes]) -> Any:
