@@ -45,6 +45,7 @@ import certifi
 from multidict import CIMultiDict
 from yarl import URL
 
+from coordinator.egress import timeouts
 from coordinator.egress.body import body_chunks, decode_lossy, read_capped, readable_text
 from coordinator.egress.budgets import EgressLimits, Reservation, TenantBudgets
 from coordinator.egress.connect import NoAllowedAddress, PolicyResolver, check_literal, keepalive_socket
@@ -277,7 +278,7 @@ class Egress:
             request = self._build(policy, method, url, body, headers or {})
             for attempt in range(len(_RETRY_SLEEPS) + 1):
                 try:  # each attempt gets the whole per-request timeout, as each reference request does
-                    async with asyncio.timeout(timeout):
+                    async with timeouts.timeout(timeout):
                         status, text, retry_after = await self._fetch_once(
                             policy, request, on_send, reservation
                         )
@@ -320,7 +321,7 @@ class Egress:
         deadline = asyncio.get_running_loop().time() + timeout
         try:
             request = self._build(policy, "POST", url, body, headers or {})
-            async with asyncio.timeout_at(deadline):
+            async with timeouts.timeout_at(deadline):
                 response = await self._send(policy, request, on_send)
         except EgressDenied as exc:
             raise denied_error(exc) from exc
@@ -342,7 +343,7 @@ class Egress:
     ) -> AsyncGenerator[str, None]:
         if not 200 <= response.status < 300:
             try:
-                async with asyncio.timeout_at(deadline):
+                async with timeouts.timeout_at(deadline):
                     raw = await read_capped(response, policy.max_response_bytes, reservation.grow)
             except (*TRANSPORT_ERRORS, HostError):
                 raw = bytearray()
@@ -352,7 +353,7 @@ class Egress:
         chunks = aiter(body_chunks(response))
         while not framer.done:
             try:
-                async with asyncio.timeout_at(deadline):
+                async with timeouts.timeout_at(deadline):
                     data = await anext(chunks)
             except StopAsyncIteration:
                 break

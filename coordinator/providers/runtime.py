@@ -24,6 +24,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from coordinator.egress import Egress
+from coordinator.egress.timeouts import timeout_at
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.config import ProvidersConfig
 from coordinator.providers.errors import RerunDiverged
@@ -308,7 +309,7 @@ class ProviderRuntime:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + job
         try:
-            async with asyncio.timeout_at(deadline):
+            async with timeout_at(deadline):
                 return await run_with_retries(
                     lambda _n: self._attempt(
                         provider, request, timeout, max(deadline - loop.time(), 0.001), tenant
