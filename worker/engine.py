@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
 
 import rhai
 
@@ -47,15 +47,16 @@ class Compiled:
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """A finished call: value plus cost (seconds of wall and thread CPU time, Rhai operations)."""
+class Outcome(NamedTuple):
+    """A finished call: value plus cost (seconds of wall and thread CPU time, Rhai operations).
+
+    A tuple: one is built per call, in half the time of a frozen dataclass."""
 
     value: Any
     wall: float
     cpu: float
     ops: int
-    output: list[str] = field(default_factory=list)
+    output: list[str]
 
 
 _LIMIT_NAMES: Final = (
@@ -156,7 +157,7 @@ class Engines:
             result = compiled.script.call_detailed(fn, *args, timeout=timeout, cancel=cancel)
         except Exception as exc:
             raise translate(exc) from exc
-        output = list(result.output)
+        output = result.output  # a new list on every read
         if result.output_truncated:
             output.append("[output truncated]")
         return Outcome(
