@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.egress.timeouts import timeout
 from coordinator.errors import HostCallError
 
 __all__ = ["Journal", "StreamRecord", "identical"]
@@ -88,7 +89,7 @@ class StreamRecord:
                         self._on_event(weight(payload))
                         self._changed.notify_all()
                         # a stream nobody asks anything of for a whole request timeout is closed
-                        async with asyncio.timeout(self._idle):
+                        async with timeout(self._idle):
                             await self._changed.wait_for(lambda: self._wanted > self._end)
         except HostCallError as exc:
             self.error = exc

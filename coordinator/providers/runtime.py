@@ -296,6 +296,13 @@ class ProviderRuntime:
     async def inference(self, name: str, raw_request: Any, *, tenant: str = DEFAULT_TENANT) -> Response:
         """One inference with retries; raises ProviderError (or ProviderLoadError / RequestError)."""
         provider = await self.get(name, tenant=tenant)
+        return await self.inference_for(provider, raw_request, tenant=tenant)
+
+    async def inference_for(
+        self, provider: LoadedProvider, raw_request: Any, *, tenant: str = DEFAULT_TENANT
+    ) -> Response:
+        """:meth:`inference` of a provider the caller has just looked up itself (:meth:`get`), so that
+        a request that needs the loaded provider anyway (the service's) looks it up once, not twice."""
         request = self.request_for(provider, raw_request)
         await self.guard(provider, request, tenant=tenant)
         return await self._run_inference(provider, request, tenant)
