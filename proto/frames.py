@@ -18,7 +18,7 @@ from proto.control import Goodbye, Heartbeat, Ready, Shutdown
 from proto.errors import MalformedMessage, ProtocolError, UnknownCommand, VersionMismatch
 from proto.host import HostCall, HostChunk, HostReply
 from proto.schema import as_body
-from proto.values import pack, unpack
+from proto.values import MAX_BODY_BYTES, MAX_CONTAINER_LEN, _pack_plain, pack, unpack
 from proto.vocabulary import Kind, Op
 
 __all__ = [
@@ -80,6 +80,8 @@ MESSAGE_TYPES: Final[dict[Command, Any]] = {
 _HEADERS: Final = {command: SIGNATURE + bytes((command,)) for command in Command}
 _CALL_HEADER: Final = _HEADERS[Command.CALL]
 _RESULT_HEADER: Final = _HEADERS[Command.RESULT]
+_SCALARS: Final = frozenset({str, int, float, bool, bytes, type(None)})
+"""Exact types of RESULT fields that ``pack`` has nothing to check in (no keys, no length cap)."""
 _TYPES_BY_BYTE: Final[dict[int, Any]] = {int(command): cls for command, cls in MESSAGE_TYPES.items()}
 """Plain-int lookups: ``Command(byte)`` costs an enum construction per message on the hot path."""
 
@@ -112,7 +114,10 @@ def encode_result(
     id: int, value: Any, wall: float, cpu: float, peak_rss: int, ops: int, output: list[str]
 ) -> list[bytes]:
     """``encode(Result(...))`` without building the frozen message first: every call a worker runs
-    ends in one.  Same bytes, same refusals (``ProtocolError`` for a value the peer would drop)."""
+    ends in one.  Same bytes, same refusals (``ProtocolError`` for a value the peer would drop).
+
+    A scalar value with plain output lines skips ``pack``'s walk over the body: nothing in it can be
+    refused but its size (a wide int raises ``OverflowError``: ``pack`` then sends it as a float)."""
     body = {
         "id": id,
         "value": value,
@@ -122,6 +127,18 @@ def encode_result(
         "ops": ops,
         "output": output,
     }
+    if (
+        _SCALARS.issuperset(map(type, (value, id, wall, cpu, peak_rss, ops)))
+        and type(output) is list
+        and (not output or (len(output) <= MAX_CONTAINER_LEN and all(type(line) is str for line in output)))
+    ):
+        try:
+            data = _pack_plain(body)
+        except OverflowError:
+            pass
+        else:
+            if len(data) <= MAX_BODY_BYTES:
+                return [_RESULT_HEADER + data]
     return [_RESULT_HEADER + pack(body)]
 
 

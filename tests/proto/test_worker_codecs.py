@@ -126,3 +126,34 @@ NOT_PLAIN = {
 @pytest.mark.parametrize("frames", NOT_PLAIN.values(), ids=NOT_PLAIN.keys())
 def test_decode_plain_call_leaves_all_else_to_decode(frames: list[bytes]) -> None:
     assert decode_plain_call(frames) is None
+
+
+ODD_FIELDS = [
+    ("x" * (16 * 1024 * 1024), []),  # a scalar too big for one body
+    (1, ["fine", 2]),  # an output line that is not a string
+    (1, [""] * (MAX_CONTAINER_LEN + 1)),  # more lines than an array may hold
+    (True, ("a", "b")),  # output as a tuple
+]
+
+
+@pytest.mark.parametrize(("value", "output"), ODD_FIELDS, ids=range(len(ODD_FIELDS)))
+def test_encode_result_off_its_fast_path_still_matches_encode(value: Any, output: Any) -> None:
+    ours: Any
+    theirs: Any
+    try:
+        ours = encode_result(4, value, 0.0, 0.0, 0, 0, output)
+    except ProtocolError as exc:
+        ours = (type(exc), str(exc))
+    try:
+        theirs = encode(Result(4, value, output=output))
+    except ProtocolError as exc:
+        theirs = (type(exc), str(exc))
+    assert ours == theirs
+
+
+def test_encode_result_checks_every_field_not_only_the_value() -> None:
+    with pytest.raises(ProtocolError) as ours:
+        encode_result({1: 2}, 1, 0.0, 0.0, 0, 0, [])  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError) as theirs:
+        encode(Result({1: 2}, 1))  # type: ignore[arg-type]
+    assert str(ours.value) == str(theirs.value)
