@@ -16,9 +16,6 @@ keeps serving the socket (leader/follower without the hand-over: its replies nee
 no thread wake-up, ~0.3 ms of an idle provider call); the others run on script
 threads.  The loop heartbeats and checks that its parent is alive every
 ``heartbeat`` seconds (at most 100 ms apart), also while an inline call waits.
-
-Just past 400 lines: receiving, the inline/threaded hand-off and the heartbeat share the one socket
-and its lock, and the order of those steps is the protocol's.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ import contextlib
 import hashlib
 import os
 import queue
-import resource
 import select
 import sys
 import threading
@@ -35,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import zmq
 
@@ -61,10 +57,11 @@ from proto import (
     decode,
     encode,
 )
-from proto.frames import decode_plain_call, encode_result
+from proto.frames import decode_plain_call
 from worker.cache import ScriptCache
 from worker.engine import Compiled, Engines, Outcome, ScriptFailure
 from worker.host_bridge import HOST_FUNCTIONS, WAITS, CallChannel, ChannelBinding, Outbox
+from worker.messages import CallFields, failure_message, outcome_frames, peak_rss
 from worker.resident import ResidentStore
 
 __all__ = ["THREAD_STACK_BYTES", "WorkerLoop"]
@@ -78,63 +75,6 @@ _POLLIN: Final = int(zmq.POLLIN)  # a plain int: ``int & zmq.POLLIN`` goes throu
 _EVENTS: Final = int(zmq.EVENTS)  # plain ints for pyzmq's option lookup too
 _RCVMORE: Final = int(zmq.RCVMORE)
 _NOBLOCK: Final = int(zmq.NOBLOCK)
-
-
-class _Call(NamedTuple):
-    """A CALL's fields, ``proto.Call``'s in its order: a tuple is built several times faster than the
-    frozen message, and the worker builds one per call."""
-
-    id: int
-    op: Op
-    kind: Kind
-    sha: str
-    fn: str
-    args: list[Any]
-    timeout: float | None
-    tenant: str
-    name: str
-    source: str | None
-    window: int
-    resident: dict[str, Any] | None
-
-    @classmethod
-    def of(cls, call: Call) -> _Call:
-        return cls(
-            call.id, call.op, call.kind, call.sha, call.fn, call.args, call.timeout, call.tenant, call.name,
-            call.source, call.window, call.resident,
-        )  # fmt: skip
-
-
-def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _outcome_frames(call_id: int, outcome: Outcome | Error) -> list[bytes]:
-    """The call's RESULT (or its ERROR); an INVALID_VALUE ERROR when a value cannot leave the sandbox."""
-    try:
-        if type(outcome) is Error:
-            return encode(outcome)
-        assert type(outcome) is Outcome
-        return encode_result(
-            call_id, outcome.value, outcome.wall, outcome.cpu, _peak_rss(), outcome.ops, outcome.output
-        )
-    except ProtocolError as exc:
-        return encode(
-            Error(call_id, ErrorClass.INVALID_VALUE, f"the return value cannot leave the sandbox: {exc}")
-        )
-
-
-def _failure(call_id: int, failure: ScriptFailure) -> Error:
-    return Error(
-        call_id,
-        failure.cls,
-        failure.message,
-        failure.kind,
-        failure.line,
-        failure.column,
-        failure.value,
-        failure.limit,
-    )
 
 
 class Wire:
@@ -342,7 +282,7 @@ class WorkerLoop:
             fields = decode_plain_call(frames)  # the hot path: no frozen message, no dispatch
             if fields is not None:
                 self._calls += 1
-                self._on_call(_Call._make(fields))
+                self._on_call(CallFields._make(fields))
                 continue
             try:
                 message = decode(frames)
@@ -354,7 +294,7 @@ class WorkerLoop:
     def _dispatch(self, message: object) -> None:
         if isinstance(message, Call):
             self._calls += 1
-            self._on_call(_Call.of(message))
+            self._on_call(CallFields.of(message))
         elif isinstance(message, (HostReply, HostChunk, Credit)):
             channel = self._channels.get(message.id)
             if channel is not None:
@@ -369,7 +309,7 @@ class WorkerLoop:
                 channel.cancel()
         # HEARTBEAT from the coordinator needs no action: receiving anything is liveness.
 
-    def _on_call(self, call: _Call) -> None:
+    def _on_call(self, call: CallFields) -> None:
         if self._stopping:
             self._send(Error(call.id, ErrorClass.CANCELLED, "worker is shutting down", "Cancelled"))
             return
@@ -378,10 +318,10 @@ class WorkerLoop:
             return
         if call.op is Op.LOAD:
             self._send(
-                Result(call.id, {"functions": [list(f) for f in compiled.functions]}, peak_rss=_peak_rss())
+                Result(call.id, {"functions": [list(f) for f in compiled.functions]}, peak_rss=peak_rss())
             )
         elif call.kind is Kind.REGION and call.op is Op.CALL:
-            self._send_frames(_outcome_frames(call.id, self._execute(call, compiled, None)))
+            self._send_frames(outcome_frames(call.id, self._execute(call, compiled, None)))
         elif self._inline is None:  # the loop thread is free: no thread hand-off on any of its messages
             channel = self._inline = CallChannel(call.id, self._outbox, call.window, self._serve_until)
             self._channels[call.id] = channel
@@ -394,7 +334,7 @@ class WorkerLoop:
             self._channels[call.id] = channel
             self._threads.submit(self._run_channelled, call, compiled, channel)
 
-    def _script_for(self, call: _Call) -> Compiled | None:
+    def _script_for(self, call: CallFields) -> Compiled | None:
         assert self._engines is not None
         compiled = self._cache.get(call.kind, call.sha)
         if compiled is not None:
@@ -410,12 +350,12 @@ class WorkerLoop:
         try:
             compiled = self._engines.compile(call.kind, call.source, call.name)
         except ScriptFailure as failure:
-            self._send(_failure(call.id, failure))
+            self._send(failure_message(call.id, failure))
             return None
         self._cache.put(call.kind, call.sha, compiled)
         return compiled
 
-    def _execute(self, call: _Call, compiled: Compiled, channel: CallChannel | None) -> Outcome | Error:
+    def _execute(self, call: CallFields, compiled: Compiled, channel: CallChannel | None) -> Outcome | Error:
         assert self._engines is not None
         args = call.args
         if call.op is Op.STREAM and channel is not None:
@@ -429,13 +369,13 @@ class WorkerLoop:
                 with ChannelBinding(channel):
                     outcome = self._engines.run(compiled, call.fn, args, call.timeout, channel.token)
         except ScriptFailure as failure:
-            return _failure(call.id, failure)
+            return failure_message(call.id, failure)
         return outcome
 
-    def _run_channelled(self, call: _Call, compiled: Compiled, channel: CallChannel) -> None:
+    def _run_channelled(self, call: CallFields, compiled: Compiled, channel: CallChannel) -> None:
         """Run one provider call (inline or on a script thread); every path ends in one RESULT or ERROR."""
         try:
-            self._wire.send(_outcome_frames(call.id, self._execute(call, compiled, channel)))
+            self._wire.send(outcome_frames(call.id, self._execute(call, compiled, channel)))
         except BaseException as exc:  # noqa: BLE001 - the call must end in an ERROR, or its caller waits forever
             self._outbox.put(Error(call.id, ErrorClass.INTERNAL, f"{type(exc).__name__}: {exc}"))
         finally:
