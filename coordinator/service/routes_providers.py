@@ -89,9 +89,9 @@ async def inference(request: Request) -> Response:
     """One inference with retries, rate limits and the token guard."""
     tenant, name, runtime = _target(request)
     body = await _request_body(request)
-    await _provider(request, runtime, name, tenant)
-    try:
-        response = await runtime.inference(name, body, **with_tenant(runtime.inference, tenant))
+    provider = await _provider(request, runtime, name, tenant)
+    try:  # the provider just looked up: ``inference(name)`` would look it up (stat its script) again
+        response = await runtime.inference_for(provider, body, tenant=tenant)
     except RequestError as exc:
         raise _other(400, f"invalid request: {exc}") from None
     except ProviderError as exc:
