@@ -57,8 +57,8 @@ impl ConvError {
         }
     }
     /// Prefixes the path of the containers around the bad value (outermost first).
-    fn within<'a>(mut self, outer: impl DoubleEndedIterator<Item = &'a str>) -> Self {
-        self.path.extend(outer.rev().map(str::to_string));
+    fn within(mut self, outer: impl DoubleEndedIterator<Item = String>) -> Self {
+        self.path.extend(outer.rev());
         self
     }
     /// The Python exception, naming where in `root` the bad value sits.
@@ -100,8 +100,6 @@ fn type_name_of(obj: &Bound<'_, PyAny>) -> String {
 /// A Python container being converted: its children still to do, the values done.
 struct PyFrame<'py> {
     children: std::vec::IntoIter<(String, Bound<'py, PyAny>)>,
-    /// `[i]` or `["key"]` of the child being converted, for error paths.
-    segment: String,
     built: Built,
 }
 
@@ -111,6 +109,15 @@ enum Built {
 }
 
 impl PyFrame<'_> {
+    /// `[i]` or `["key"]` of the child being converted, for error paths (written
+    /// only when there is an error: formatting one per child cost every call).
+    fn segment(&self) -> String {
+        match &self.built {
+            Built::Array(items) => format!("[{}]", items.len()),
+            Built::Map(_, pending) => format!("[{pending:?}]"),
+        }
+    }
+
     fn accept(&mut self, value: Dynamic) {
         match &mut self.built {
             Built::Array(items) => items.push(value),
@@ -139,7 +146,6 @@ fn open_dict<'py>(d: &Bound<'py, PyDict>) -> Result<PyStep<'py>, ConvError> {
     }
     Ok(PyStep::Open(PyFrame {
         children: children.into_iter(),
-        segment: String::new(),
         built: Built::Map(Map::new(), String::new()),
     }))
 }
@@ -148,7 +154,6 @@ fn open_seq<'py>(items: impl Iterator<Item = Bound<'py, PyAny>>, len: usize) -> 
     let children: Vec<_> = items.map(|item| (String::new(), item)).collect();
     PyStep::Open(PyFrame {
         children: children.into_iter(),
-        segment: String::new(),
         built: Built::Array(Array::with_capacity(len)),
     })
 }
@@ -236,18 +241,13 @@ pub fn to_dynamic(obj: &Bound<'_, PyAny>) -> Result<Dynamic, ConvError> {
             top.accept(value);
         }
         if let Some((key, child)) = top.children.next() {
-            top.segment = match &mut top.built {
-                Built::Array(items) => format!("[{}]", items.len()),
-                Built::Map(_, pending) => {
-                    let segment = format!("[{key:?}]");
-                    *pending = key;
-                    segment
-                }
-            };
+            if let Built::Map(_, pending) = &mut top.built {
+                *pending = key;
+            }
             match py_step(&child) {
                 Ok(PyStep::Leaf(v)) => done = Some(v),
                 Ok(PyStep::Open(frame)) => stack.push(frame),
-                Err(e) => return Err(e.within(stack.iter().map(|f| f.segment.as_str()))),
+                Err(e) => return Err(e.within(stack.iter().map(PyFrame::segment))),
             }
         } else if let Some(frame) = stack.pop() {
             done = Some(match frame.built {
@@ -300,7 +300,6 @@ pub fn to_python_with<'py>(
 /// A Rhai container being converted, taken apart child by child.
 struct RhaiFrame<'py> {
     children: RhaiChildren,
-    segment: String,
     out: Out<'py>,
 }
 
@@ -366,7 +365,6 @@ fn rhai_step<'py>(
             let len = items.len();
             return Ok(RhaiStep::Open(RhaiFrame {
                 children: RhaiChildren::Array(items.into_iter()),
-                segment: String::new(),
                 out: Out::List(Vec::with_capacity(len)),
             }));
         }
@@ -374,7 +372,6 @@ fn rhai_step<'py>(
         if let Some(map) = value.try_cast::<Map>() {
             return Ok(RhaiStep::Open(RhaiFrame {
                 children: RhaiChildren::Map(map.into_iter()),
-                segment: String::new(),
                 out: Out::Dict(PyDict::new(py), None),
             }));
         }
@@ -393,6 +390,18 @@ fn rhai_step<'py>(
 }
 
 impl<'py> RhaiFrame<'py> {
+    /// `[i]` or `["key"]` of the child being converted, for error paths (written
+    /// only when there is an error).
+    fn segment(&self) -> String {
+        match &self.out {
+            Out::List(items) => format!("[{}]", items.len()),
+            Out::Dict(_, pending) => {
+                let key = pending.as_ref().map(|k| k.to_string_lossy().into_owned());
+                format!("[{:?}]", key.unwrap_or_default())
+            }
+        }
+    }
+
     fn accept(&mut self, value: Bound<'py, PyAny>) -> PyResult<()> {
         match &mut self.out {
             Out::List(items) => items.push(value),
@@ -407,14 +416,9 @@ impl<'py> RhaiFrame<'py> {
 
     fn next_child(&mut self, py: Python<'py>, keys: &mut KeyCache<'py>) -> Option<Dynamic> {
         match (&mut self.children, &mut self.out) {
-            (RhaiChildren::Array(rest), Out::List(items)) => {
-                let child = rest.next()?;
-                self.segment = format!("[{}]", items.len());
-                Some(child)
-            }
+            (RhaiChildren::Array(rest), Out::List(_)) => rest.next(),
             (RhaiChildren::Map(rest), Out::Dict(_, pending)) => {
                 let (key, child) = rest.next()?;
-                self.segment = format!("[{:?}]", key.as_str());
                 *pending = Some(keys.get(py, key.as_str()));
                 Some(child)
             }
@@ -453,7 +457,7 @@ pub fn to_python_owned<'py>(
             match rhai_step(py, child, on_fnptr) {
                 Ok(RhaiStep::Leaf(v)) => done = Some(v),
                 Ok(RhaiStep::Open(frame)) => stack.push(frame),
-                Err(e) => return Err(e.within(stack.iter().map(|f| f.segment.as_str()))),
+                Err(e) => return Err(e.within(stack.iter().map(RhaiFrame::segment))),
             }
         } else if let Some(frame) = stack.pop() {
             done = Some(frame.finish(py)?);

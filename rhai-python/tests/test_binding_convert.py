@@ -152,3 +152,17 @@ def test_json_matches_python_json_module(value: object) -> None:
     text = rhai.to_json(value)
     assert json.loads(text) == value
     assert rhai.parse_json(text) == value
+
+
+def test_a_bad_argument_is_named_by_its_path_of_keys_and_indices() -> None:
+    with pytest.raises(TypeError) as info:
+        echo({"a": 1, "k": [1, 2, {"ok": 1, 'q"': object()}]})
+    assert str(info.value) == 'args[0]["k"][2]["q\\""]: cannot pass a object to a script'
+
+
+def test_a_result_without_python_form_is_named_by_its_path_of_keys_and_indices() -> None:
+    script = rhai.Engine().compile('fn f() { #{b: 1, a: [1, 2, #{"x y": 1..3}]} }')
+    with pytest.raises(TypeError) as info:
+        script.call("f")
+    assert str(info.value).startswith('result["a"][2]["x y"]: a script value of type ')
+    assert str(info.value).endswith(" has no Python form")
