@@ -132,8 +132,10 @@ def _plain_resident(resident: Any, op: Op, kind: Kind, args: list[Any]) -> bool:
 
 
 def _ascending_ids(drop: list[Any]) -> bool:
-    return all(type(i) is int for i in drop) and (not drop or drop[0] >= 0) and all(
-        b > a for a, b in pairwise(drop)
+    return (
+        all(type(i) is int for i in drop)
+        and (not drop or drop[0] >= 0)
+        and all(b > a for a, b in pairwise(drop))
     )
 
 

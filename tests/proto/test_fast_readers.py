@@ -174,9 +174,13 @@ def test_every_base_and_drop_pair_is_read_as_the_careful_reader_reads_it() -> No
         st.sampled_from(RESIDENT_ODD_VALUES),
         max_size=3,
     ),
-    st.dictionaries(st.sampled_from(["op", "kind", "args"]), st.sampled_from(RESIDENT_ODD_VALUES), max_size=1),
+    st.dictionaries(
+        st.sampled_from(["op", "kind", "args"]), st.sampled_from(RESIDENT_ODD_VALUES), max_size=1
+    ),
 )
-def test_resident_call_reader_agrees_with_the_careful_one(changes: dict[str, Any], outer: dict[str, Any]) -> None:
+def test_resident_call_reader_agrees_with_the_careful_one(
+    changes: dict[str, Any], outer: dict[str, Any]
+) -> None:
     _agree({**_with_resident(**changes), **outer})
 
 
