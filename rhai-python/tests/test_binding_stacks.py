@@ -28,7 +28,9 @@ KEEP_HOT_KIB = 256
 
 RUNNER = textwrap.dedent(
     """
-    import json, sys, threading
+    import json, resource, sys, threading
+    if sys.argv[3] != "none":  # as a worker limits itself, before the binding allocates
+        resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[3]), int(sys.argv[3])))
     import rhai
 
     FULL, FLOOR = %(full)d, %(floor)d
@@ -95,12 +97,11 @@ RUNNER = textwrap.dedent(
 
 def _run(steps: str, threads: int, address_space: int | None = None) -> dict[str, list]:  # type: ignore[type-arg]
     env = dict(os.environ)
-    args = [sys.executable, "-c", RUNNER, steps, str(threads)]
+    args = [sys.executable, "-c", RUNNER, steps, str(threads), str(address_space or "none")]
     if address_space is not None:
         # As a worker is set up: few malloc arenas and a small mimalloc reservation, else their
         # reservations alone exhaust a small RLIMIT_AS.
         env.update(MALLOC_ARENA_MAX="2", MIMALLOC_ARENA_RESERVE="64MiB")
-        args = ["prlimit", f"--as={address_space}", *args]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False, env=env)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     report: dict[str, list] = json.loads(proc.stdout)  # type: ignore[type-arg]
