@@ -155,25 +155,21 @@ impl Drop for Mapping {
 static SHARE_SEEN: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// The share of the address space our stacks may hold: `RLIMIT_AS / SHARE_OF_ADDRESS_SPACE`,
-/// unbounded without a limit.
+/// unbounded without a limit (and remembered in `SHARE_SEEN`).
 fn address_space_share() -> usize {
-    let share = read_address_space_share();
-    SHARE_SEEN.store(share, Ordering::Relaxed);
-    share
-}
-
-fn read_address_space_share() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `limit` is a valid out-parameter.
     let known = unsafe { libc::getrlimit(libc::RLIMIT_AS, &raw mut limit) } == 0;
-    if known && limit.rlim_cur != libc::RLIM_INFINITY {
+    let share = if known && limit.rlim_cur != libc::RLIM_INFINITY {
         usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX) / SHARE_OF_ADDRESS_SPACE
     } else {
         usize::MAX
-    }
+    };
+    SHARE_SEEN.store(share, Ordering::Relaxed);
+    share
 }
 
 /// Stacks no call is running on, kept for the next calls (of any thread).
