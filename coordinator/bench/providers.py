@@ -232,7 +232,8 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         pool[c]["of_ceiling"] = pool[c]["throughput"] / ceiling[c]
         pool[c]["of_aiohttp"] = pool[c]["throughput"] / aio[c]["throughput"]
         pool[c]["of_plain"] = pool[c]["throughput"] / plain[c]["throughput"]
-        pool[c]["of_ideal"] = pool[c]["throughput"] / (c / args.delay)
+        # no latency-bound ideal against a server that answers at once (``--delay 0``)
+        pool[c]["of_ideal"] = pool[c]["throughput"] / (c / args.delay) if args.delay > 0 else None
         pool[c]["added_cpu_ms_per_call"] = pool[c]["cpu_ms_per_call"] - aio[c]["cpu_ms_per_call"]
         pool[c]["added_cpu_ms_per_call_vs_httpx"] = pool[c]["cpu_ms_per_call"] - plain[c]["cpu_ms_per_call"]
     growth = None
@@ -273,15 +274,19 @@ def _print(r: dict[str, Any]) -> None:
     )
     for c in r["pool"]:
         a, p, q = r["aiohttp"][c], r["plain"][c], r["pool"][c]
-        print(f"{c} concurrent callers (latency-bound ideal {int(c) * 1000 / r['delay_ms']:.0f} calls/s)")
+        ideal = "no delay"
+        if r["delay_ms"]:
+            ideal = f"latency-bound ideal {int(c) * 1000 / r['delay_ms']:.0f} calls/s"
+        print(f"{c} concurrent callers ({ideal})")
         print(_line("raw sockets", r["raw"][c]))
         print(_line("plain aiohttp", a))
         print(_line("plain httpx", p))
         print(_line("pool", q))
         by_aiohttp = f"{q['of_aiohttp']:.0%}" if a["healthy"] else "n/a (baseline unhealthy)"
         by_httpx = f"{q['of_plain']:.0%}" if p["healthy"] else "n/a (baseline unhealthy)"
+        by_ideal = "n/a" if q["of_ideal"] is None else f"{q['of_ideal']:.0%}"
         print(
-            f"    pool/aiohttp {by_aiohttp}  pool/httpx {by_httpx}  pool/ideal {q['of_ideal']:.0%}  "
+            f"    pool/aiohttp {by_aiohttp}  pool/httpx {by_httpx}  pool/ideal {by_ideal}  "
             f"CPU coordinator {q['coordinator_cpu_ms_per_call']:.2f} + workers "
             f"{q['workers_cpu_ms_per_call']:.2f} ms/call, added beyond the request itself "
             f"{q['added_cpu_ms_per_call']:.2f} ms (vs plain aiohttp, the pool's transport; "
