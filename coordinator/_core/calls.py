@@ -21,10 +21,10 @@ from proto import Chunk, Kind, Op
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from coordinator._core.deadlines import Deadline
     from coordinator._core.handles import ScriptHandle
     from coordinator._core.streambudget import StreamBudget, StreamFlow
     from coordinator._core.workers import Placement
+    from coordinator.timers import Deadline
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ Owns the ``Placements`` and the supervisor it is built with (it is that supervis
 reads process records, never writes them.  Inline calls (region ``call``, every ``load``) run one
 at a time on a worker's loop thread, up to ``region_pipeline`` queued there, only the head's timer
 running; threaded calls (provider, streams) run up to the worker's capacity at once.  Every deadline
-shares one loop timer (``coordinator._core.deadlines``).
+shares one loop timer (``coordinator.timers``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from coordinator._core import outcomes
 from coordinator._core.admission import Admission
 from coordinator._core.calls import Attempt, Call, Observers
 from coordinator._core.config import PoolConfig
-from coordinator._core.deadlines import Deadlines
 from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
 from coordinator._core.placement import Placements
@@ -44,6 +43,7 @@ from coordinator._core.transport import Router
 from coordinator._core.waiting import Changes
 from coordinator._core.workers import Placement, WorkerProcess
 from coordinator.errors import CallFailed, Overloaded, PoolClosed
+from coordinator.timers import Deadlines
 from proto import (
     FROM_WORKER,
     Cancel,
@@ -77,7 +77,7 @@ class Dispatcher(Events):
         self._suspects = Suspects(config.retry.window)
         self._host = HostBridge(router.send_frames, spawn, config.stream_window)
         self._wire_ids = itertools.count(1)
-        self._deadlines: Deadlines[Attempt] = Deadlines(self._loop, self._deadline_passed)
+        self._deadlines: Deadlines[Attempt] = Deadlines(self._deadline_passed)
         self.streams = StreamBudget(config.stream_buffer_bytes, config.stream_window)
         self.placements = Placements(config, self._queue, self._quarantine)
         self._admission = Admission(config, self._quarantine)

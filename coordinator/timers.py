@@ -1,10 +1,15 @@
-"""``Deadlines``: every attempt's hard deadline on one event-loop timer.
+"""``Deadlines``: many deadlines on one event-loop timer (the pool's attempts, egress's timeouts).
 
-An attempt arms its deadline when it starts and almost always disarms it microseconds later (its
-answer came).  A ``call_later`` per attempt costs a ``TimerHandle``, a heap push and pop through
-Python-level comparisons, and the loop's own clean-up of cancelled handles; here a deadline is one
-tuple on a heap of our own, cancelled by a flag, and the loop holds one timer: for the earliest
-deadline still armed.  Expiry is as exact as ``call_at``'s (the same loop clock).
+A pool attempt arms its deadline when it starts and almost always disarms it microseconds later
+(its answer came); an inference's HTTP timeout and job bound likewise end with the answer.  A
+``call_later`` per deadline costs a ``TimerHandle``, a heap push and pop through Python-level
+comparisons, and the loop's own clean-up of cancelled handles; here a deadline is one tuple on a heap
+of our own, cancelled by a flag, and the loop holds one timer: for the earliest deadline still
+armed.  Expiry is as exact as ``call_at``'s (the same loop clock).
+
+A ``Deadlines`` belongs to the running loop it is used on and keeps no reference to it (it asks
+``asyncio.get_running_loop()``), so one kept per loop in a weak mapping lets a closed loop go.
+Used by ``coordinator._core`` and ``coordinator.egress``, which may not import each other.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Final, Generic, TypeVar
 
@@ -49,12 +55,14 @@ class Deadline(Generic[T]):
 class Deadlines(Generic[T]):
     """Deadlines of many subjects; ``expired(subject)`` runs on the loop as each one passes."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, expired: Callable[[T], None]) -> None:
-        self._loop, self._expired = loop, expired
+    def __init__(self, expired: Callable[[T], None]) -> None:
+        self._expired = expired
         self._heap: list[tuple[float, int, Deadline[T]]] = []
         self._order = itertools.count()
         self._armed = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: weakref.ref[asyncio.TimerHandle] | None = None
+        """The loop's one timer, weakly: the loop holds it while it is pending, and a strong reference
+        here would keep the loop alive from any mapping that keeps this object (see above)."""
         self._timer_at = float("inf")
 
     def __len__(self) -> int:
@@ -63,7 +71,10 @@ class Deadlines(Generic[T]):
 
     def arm(self, subject: T, delay: float) -> Deadline[T]:
         """``expired(subject)`` in ``delay`` seconds, unless the returned deadline is cancelled first."""
-        when = self._loop.time() + delay
+        return self.arm_at(subject, asyncio.get_running_loop().time() + delay)
+
+    def arm_at(self, subject: T, when: float) -> Deadline[T]:
+        """``expired(subject)`` once the loop's clock reaches ``when``, unless cancelled first."""
         deadline = Deadline(self, subject, when)
         heapq.heappush(self._heap, (when, next(self._order), deadline))
         self._armed += 1
@@ -80,14 +91,18 @@ class Deadlines(Generic[T]):
             heapq.heapify(self._heap)
 
     def _schedule(self, when: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._cancel_timer()
         self._timer_at = when
-        self._timer = self._loop.call_at(when, self._fire)
+        self._timer = weakref.ref(asyncio.get_running_loop().call_at(when, self._fire))
+
+    def _cancel_timer(self) -> None:
+        timer = None if self._timer is None else self._timer()
+        if timer is not None:
+            timer.cancel()
 
     def _fire(self) -> None:
         self._timer, self._timer_at = None, float("inf")
-        now, heap, due = self._loop.time(), self._heap, []
+        now, heap, due = asyncio.get_running_loop().time(), self._heap, []
         while heap and (heap[0][0] <= now or not heap[0][2].armed):
             deadline = heapq.heappop(heap)[2]
             if deadline.armed:
@@ -109,8 +124,7 @@ class Deadlines(Generic[T]):
 
     def close(self) -> None:
         """Disarm everything (the pool is closing)."""
-        if self._timer is not None:
-            self._timer.cancel()
+        self._cancel_timer()
         self._timer, self._timer_at = None, float("inf")
         for _, _, deadline in self._heap:
             deadline.cancel()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator._core.deadlines import Deadlines
+from coordinator.timers import Deadlines
 
 
 async def _deadlines_expire_in_order_and_cancelled_ones_never_fire() -> None:
@@ -17,7 +17,7 @@ async def _deadlines_expire_in_order_and_cancelled_ones_never_fire() -> None:
         if name == "last":
             done.set_result(None)
 
-    deadlines: Deadlines[str] = Deadlines(loop, expired)
+    deadlines: Deadlines[str] = Deadlines(expired)
     deadlines.arm("late", 0.06)
     early = deadlines.arm("early", 0.02)
     deadlines.arm("earliest", 0.01)  # armed after a later one: the timer moves earlier
@@ -32,9 +32,8 @@ async def _deadlines_expire_in_order_and_cancelled_ones_never_fire() -> None:
 
 
 async def _cancelled_entries_are_dropped_and_the_armed_ones_still_fire() -> None:
-    loop = asyncio.get_running_loop()
     fired: list[int] = []
-    deadlines: Deadlines[int] = Deadlines(loop, fired.append)
+    deadlines: Deadlines[int] = Deadlines(fired.append)
     keep = [deadlines.arm(i, 0.01) for i in range(5)]
     for i in range(10_000):
         deadlines.arm(100 + i, 60.0).cancel()
@@ -46,7 +45,6 @@ async def _cancelled_entries_are_dropped_and_the_armed_ones_still_fire() -> None
 
 
 async def _a_handler_may_cancel_a_later_deadline_and_arm_a_new_one() -> None:
-    loop = asyncio.get_running_loop()
     fired: list[str] = []
     later = None
 
@@ -59,7 +57,7 @@ async def _a_handler_may_cancel_a_later_deadline_and_arm_a_new_one() -> None:
         if name == "boom":
             raise RuntimeError("a handler's bug stays in the log")
 
-    deadlines: Deadlines[str] = Deadlines(loop, expired)
+    deadlines: Deadlines[str] = Deadlines(expired)
     deadlines.arm("boom", 0.0)
     deadlines.arm("first", 0.0)
     later = deadlines.arm("later", 0.0)
@@ -78,3 +76,42 @@ def test_cancelled_entries_are_dropped_and_the_armed_ones_still_fire() -> None:
 
 def test_a_handler_may_cancel_a_later_deadline_and_arm_a_new_one() -> None:
     asyncio.run(_a_handler_may_cancel_a_later_deadline_and_arm_a_new_one())
+
+
+async def _arm_at_takes_the_loop_clock_and_a_passed_time_fires_at_once() -> None:
+    loop = asyncio.get_running_loop()
+    fired: list[str] = []
+    deadlines: Deadlines[str] = Deadlines(fired.append)
+    deadlines.arm_at("later", loop.time() + 0.03)
+    deadlines.arm_at("passed", loop.time() - 1.0)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert fired == ["passed"]
+    while len(fired) < 2:
+        await asyncio.sleep(0.01)
+    assert fired == ["passed", "later"] and len(deadlines) == 0
+
+
+def test_arm_at_takes_the_loop_clock_and_a_passed_time_fires_at_once() -> None:
+    asyncio.run(_arm_at_takes_the_loop_clock_and_a_passed_time_fires_at_once())
+
+
+def test_deadlines_keep_no_loop_alive() -> None:
+    """One ``Deadlines`` per loop in a weak mapping (egress's timeouts) must let a closed loop go."""
+    import gc
+    import weakref
+
+    kept: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines[str]] = weakref.WeakKeyDictionary()
+
+    async def arm_one() -> None:
+        deadlines: Deadlines[str] = Deadlines(lambda _: None)
+        kept[asyncio.get_running_loop()] = deadlines
+        deadlines.arm("x", 60.0).cancel()
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(arm_one())
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None and len(kept) == 0
