@@ -26,7 +26,15 @@ import msgpack
 
 from proto.errors import MalformedMessage, TooLarge
 
-__all__ = ["DEEP_EXT", "MAX_BODY_BYTES", "MAX_CONTAINER_LEN", "copy_nested", "pack", "unpack"]
+__all__ = [
+    "DEEP_EXT",
+    "MAX_BODY_BYTES",
+    "MAX_CONTAINER_LEN",
+    "MAX_PLAIN_DEPTH",
+    "copy_nested",
+    "pack",
+    "unpack",
+]
 
 MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 """Hard cap on one encoded body; zmq's MAXMSGSIZE is set to a little more."""
@@ -40,8 +48,10 @@ DEEP_EXT: Final = 1
 _EXT_HEADERS: Final = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
 """First bytes of msgpack's ext formats: a body that starts with one may be a flattened value."""
 
-_MSGPACK_DEPTH: Final = 1000
-"""Deepest container nesting sent as plain msgpack; its unpacker refuses 1025 levels."""
+MAX_PLAIN_DEPTH: Final = 1000
+"""Deepest container nesting sent as plain msgpack (the body itself is level 1); its unpacker
+refuses 1025 levels.  Deeper bodies travel flattened."""
+_MSGPACK_DEPTH: Final = MAX_PLAIN_DEPTH
 
 _INT_MIN: Final = -(2**63)
 _UINT_MAX: Final = 2**64 - 1

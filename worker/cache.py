@@ -29,17 +29,21 @@ class ScriptCache:
             self._items.move_to_end(key)
         return compiled
 
-    def put(self, kind: str, sha: str, compiled: Compiled) -> None:
+    def put(self, kind: str, sha: str, compiled: Compiled) -> list[tuple[str, str]]:
+        """Keep ``compiled``; returns the ``(kind, sha)`` keys evicted to make room."""
         key = (kind, sha)
         old = self._items.pop(key, None)
         if old is not None:
             self._bytes -= old.size
         self._items[key] = compiled
         self._bytes += compiled.size
+        evicted_keys: list[tuple[str, str]] = []
         while len(self._items) > 1 and (len(self._items) > self.max_scripts or self._bytes > self.max_bytes):
-            _, evicted = self._items.popitem(last=False)
+            evicted_key, evicted = self._items.popitem(last=False)
             self._bytes -= evicted.size
             self.evictions += 1
+            evicted_keys.append(evicted_key)
+        return evicted_keys
 
     def __len__(self) -> int:
         return len(self._items)

@@ -61,6 +61,7 @@ from proto.frames import decode_plain_call
 from worker.cache import ScriptCache
 from worker.engine import Compiled, Engines, Outcome, ScriptFailure
 from worker.host_bridge import HOST_FUNCTIONS, WAITS, CallChannel, ChannelBinding, Outbox
+from worker.lane import lane_frames, new_lane
 from worker.messages import CallFields, failure_message, outcome_frames, peak_rss
 from worker.resident import ResidentStore
 
@@ -182,6 +183,8 @@ class WorkerLoop:
         self._ready = Ready(os.getpid(), [PROTOCOL_VERSION], capacity, sandbox, probe)
         self._heartbeat = heartbeat
         self._cache = ScriptCache()
+        self._lane = new_lane()
+        """Plain region calls of cached scripts, frame to frame in native code (``worker/lane.py``)."""
         self._resident = ResidentStore() if resident is None else resident
         self._channels: dict[int, CallChannel] = {}
         self._wire = Wire()
@@ -279,6 +282,12 @@ class WorkerLoop:
             frames = self._wire.recv()
             if frames is None:
                 return
+            if len(frames) == 1 and not self._stopping:
+                ended = self._lane.run(frames[0])  # the hot path: a plain region call, run natively
+                if ended is not None:
+                    self._calls += 1
+                    self._send_frames(lane_frames(ended))
+                    continue
             fields = decode_plain_call(frames)  # the hot path: no frozen message, no dispatch
             if fields is not None:
                 self._calls += 1
@@ -352,7 +361,13 @@ class WorkerLoop:
         except ScriptFailure as failure:
             self._send(failure_message(call.id, failure))
             return None
-        self._cache.put(call.kind, call.sha, compiled)
+        for sha in self._lane.take_used():  # the lane's calls count as uses in the cache's LRU order
+            self._cache.get(Kind.REGION, sha)
+        for kind, sha in self._cache.put(call.kind, call.sha, compiled):
+            if kind == Kind.REGION:
+                self._lane.discard(sha)
+        if call.kind is Kind.REGION:
+            self._lane.put(call.sha, compiled.script)
         return compiled
 
     def _execute(self, call: CallFields, compiled: Compiled, channel: CallChannel | None) -> Outcome | Error:

@@ -3,7 +3,8 @@
 //! This file only declares modules and the `#[pymodule]`; logic lives in
 //! `engine.rs` (engine set-up), `script.rs` (calls), `context.rs` (per-call state),
 //! `convert.rs` (values), `array.rs` (arrays held in Rust form), `json.rs` (JSON), `host.rs` (Python callables),
-//! `stack.rs` (the stack each call runs on) and `errors.rs` (the exception mapping).
+//! `stack.rs` (the stack each call runs on), `lane.rs` with `msgpack.rs` (a worker's
+//! plain region call from frame to frame) and `errors.rs` (the exception mapping).
 
 mod array;
 mod context;
@@ -12,6 +13,8 @@ mod engine;
 mod errors;
 mod host;
 mod json;
+mod lane;
+mod msgpack;
 mod script;
 mod stack;
 
@@ -32,6 +35,7 @@ fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<context::CancelToken>()?;
     m.add_class::<host::Callback>()?;
     m.add_class::<host::FnPtr>()?;
+    m.add_class::<lane::Lane>()?;
     m.add_function(wrap_pyfunction!(context::current_call_remaining, m)?)?;
     m.add_function(wrap_pyfunction!(json::to_json, m)?)?;
     m.add_function(wrap_pyfunction!(json::parse_json, m)?)?;

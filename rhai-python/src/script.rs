@@ -86,27 +86,64 @@ impl Script {
         timeout: Option<f64>,
         cancel: Option<&CancelToken>,
     ) -> PyResult<(Py<PyAny>, context::CallReport, f64)> {
-        let size = stack::size_for_operations(self.engine.max_operations());
-        stack::try_run_on_big_stack(size, || self.run_here(py, fn_name, args, timeout, cancel))
-            .unwrap_or_else(|| {
-                Err(PyMemoryError::new_err(format!(
-                    "no address space for this call's {} MiB stack",
-                    size >> 20
-                )))
-            })
+        let cancel_flag: Option<Arc<AtomicBool>> = cancel.map(|c| c.flag.clone());
+        self.run_with(
+            py,
+            fn_name,
+            args.len(),
+            || convert::args_to_dynamic(args),
+            timeout,
+            cancel_flag,
+            |py, result, report, elapsed| match result {
+                // Converted while this call's table of Python callables is still in place.
+                Ok(v) => convert::owned_value_to_python(py, v, "result")
+                    .map(|v| (v.unbind(), report, elapsed)),
+                Err(e) => Err(e),
+            },
+        )
     }
 
-    fn run_here(
+    /// One call, from arguments to `finish`, on the call's own stack with its state pushed:
+    /// `Script.call` finishes by converting the value to Python, the worker's `Lane` by writing
+    /// it as msgpack. `finish` gets the script's failure already as the Python exception
+    /// `call` raises (a signal handler's exception first).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_with<T>(
         &self,
         py: Python<'_>,
         fn_name: &str,
-        args: &Bound<'_, PyTuple>,
+        arity: usize,
+        args: impl FnOnce() -> PyResult<Vec<Dynamic>>,
         timeout: Option<f64>,
-        cancel: Option<&CancelToken>,
-    ) -> PyResult<(Py<PyAny>, context::CallReport, f64)> {
-        if !self.has_function(fn_name, args.len()) {
+        cancel: Option<Arc<AtomicBool>>,
+        finish: impl FnOnce(Python<'_>, PyResult<Dynamic>, context::CallReport, f64) -> PyResult<T>,
+    ) -> PyResult<T> {
+        let size = stack::size_for_operations(self.engine.max_operations());
+        stack::try_run_on_big_stack(size, || {
+            self.run_here(py, fn_name, arity, args, timeout, cancel, finish)
+        })
+        .unwrap_or_else(|| {
+            Err(PyMemoryError::new_err(format!(
+                "no address space for this call's {} MiB stack",
+                size >> 20
+            )))
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_here<T>(
+        &self,
+        py: Python<'_>,
+        fn_name: &str,
+        arity: usize,
+        args: impl FnOnce() -> PyResult<Vec<Dynamic>>,
+        timeout: Option<f64>,
+        cancel: Option<Arc<AtomicBool>>,
+        finish: impl FnOnce(Python<'_>, PyResult<Dynamic>, context::CallReport, f64) -> PyResult<T>,
+    ) -> PyResult<T> {
+        if !self.has_function(fn_name, arity) {
             let err = rhai::EvalAltResult::ErrorFunctionNotFound(
-                format!("{fn_name}/{}", args.len()),
+                format!("{fn_name}/{arity}"),
                 rhai::Position::NONE,
             );
             return Err(errors::runtime_error(py, Box::new(err), &self.name));
@@ -120,16 +157,15 @@ impl Script {
             Some(t) => Some(Instant::now() + Duration::from_secs_f64(t.min(1e9))),
             None => None,
         };
-        let cancel_flag: Option<Arc<AtomicBool>> = cancel.map(|c| c.flag.clone());
         let guard = context::push(
             self.engine.clone(),
             &self.name,
             deadline,
-            cancel_flag,
+            cancel,
             self.output_limit,
         )
         .map_err(errors::reentrancy_error)?;
-        let dyn_args = convert::args_to_dynamic(args)?;
+        let dyn_args = args()?;
         for a in dyn_args.iter().filter(|_| self.check_argument_sizes) {
             if let Err(e) = self.engine.ensure_data_size_within_limits(a) {
                 return Err(errors::runtime_error(py, e, &self.name));
@@ -147,19 +183,15 @@ impl Script {
             )
         });
         let elapsed = started.elapsed().as_secs_f64();
-        let report = context::take_report();
-        // Convert while this call's table of Python callables is still in place.
-        let outcome = match result {
-            Ok(v) => convert::owned_value_to_python(py, v, "result")
-                .map(|v| (v.unbind(), report, elapsed)),
-            Err(e) => {
-                if let Some(p) = report.pending {
-                    Err(p)
-                } else {
-                    Err(errors::runtime_error(py, e, &self.name))
-                }
-            }
+        let mut report = context::take_report();
+        let result = match result {
+            Ok(v) => Ok(v),
+            Err(e) => Err(match report.pending.take() {
+                Some(p) => p,
+                None => errors::runtime_error(py, e, &self.name),
+            }),
         };
+        let outcome = finish(py, result, report, elapsed);
         drop(guard);
         outcome
     }

@@ -11,6 +11,7 @@ __all__ = [
     "CancelToken",
     "Engine",
     "FnPtr",
+    "Lane",
     "Script",
     "__version__",
     "current_call_remaining",
@@ -119,6 +120,42 @@ class Script:
         self, name: str, *args: Any, timeout: float | None = None, cancel: CancelToken | None = None
     ) -> CallResult:
         """Like ``call``, and also return captured output, operations and elapsed time."""
+
+@final
+class Lane:
+    """A worker's plain region call from its CALL frame to its RESULT frame in one native step.
+
+    It runs only a plainly valid CALL (op ``call``, kind ``region``, no ``resident``) of a script
+    given to ``put`` (a ``source`` sent along is ignored); anything else is left to the caller's
+    own path. The frame layout comes from the caller: ``call_header``/``result_header`` (signature, version and command
+    bytes), ``max_id``, ``max_body`` (encoded body bytes), ``max_container`` (elements of one
+    array or map), ``max_depth`` (container nesting written plainly).
+    """
+
+    def __new__(
+        cls,
+        *,
+        call_header: bytes,
+        result_header: bytes,
+        max_id: int,
+        max_body: int,
+        max_container: int,
+        max_depth: int,
+    ) -> Lane: ...
+    def put(self, sha: str, script: Script) -> None:
+        """Serve calls of script ``sha`` from now on."""
+    def discard(self, sha: str) -> None:
+        """Stop serving calls of script ``sha``."""
+    def take_used(self) -> list[str]:
+        """Scripts run since the last call, least recently used first."""
+    def __len__(self) -> int: ...
+    def run(self, frame: bytes) -> bytes | tuple[Any, ...] | None:
+        """Run the CALL in ``frame`` if the lane can.
+
+        Returns its RESULT frame; ``(id, value, wall, cpu, ops, output)`` when the value is for the
+        caller to encode; ``(id, exception)`` when the call failed (the exception ``Script.call``
+        raises); ``None`` when nothing ran.
+        """
 
 @final
 class Engine:

@@ -1,0 +1,333 @@
+//! `Lane`: a worker's plain region call from its CALL frame to its RESULT frame in one native step.
+//!
+//! rhaipool's worker reads a CALL, converts its arguments to Rhai, runs the hook, converts the
+//! value back, and writes a RESULT. In Python that was ~8 µs of every call around a trivial
+//! hook's ~1 µs. The lane does the same work straight from msgpack to Rhai values and back
+//! (`msgpack.rs`), with the GIL released while the script runs, and hands the worker the frame
+//! to send.
+//!
+//! It takes only what it can do exactly as the Python path does, and says so before running
+//! anything: a plainly valid CALL of a region script it holds (its source, if sent, ignored as the
+//! Python path ignores it), with no resident entries. For anything else `run` returns `None` and the worker's Python path reads the frame
+//! (and names any defect). After the script ran, a value the wire would refuse or flatten comes
+//! back as a Python value for the Python path to encode, and a failure as the exception
+//! `Script.call` would raise. The frame layout (signature, command bytes, caps) comes from the
+//! caller, `proto` being the one definition of the wire; rhaipool's tests check that the lane's
+//! frames are byte for byte the Python path's.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rhai::Dynamic;
+
+use crate::msgpack::{Caps, Reader, Scalar, Writer};
+use crate::script::Script;
+use crate::{context, convert};
+
+struct Held {
+    script: Py<Script>,
+    used: AtomicU64,
+}
+
+/// The fields of a CALL the lane runs.
+struct Call<'a> {
+    id: i64,
+    fn_name: &'a str,
+    sha: &'a str,
+    args: Vec<Dynamic>,
+    timeout: Option<f64>,
+}
+
+/// A worker's native path for plain region calls; see the module documentation.
+#[pyclass(frozen, module = "rhai")]
+pub struct Lane {
+    call_header: Vec<u8>,
+    result_header: Vec<u8>,
+    max_id: i64,
+    max_body: usize,
+    caps: Caps,
+    scripts: Mutex<HashMap<String, Held>>,
+    tick: AtomicU64,
+    synced: AtomicU64,
+}
+
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    #[allow(clippy::cast_precision_loss)]
+    let seconds = ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9;
+    seconds
+}
+
+fn peak_rss_bytes() -> i64 {
+    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut usage) };
+    usage.ru_maxrss.saturating_mul(1024)
+}
+
+/// What a call the lane ran ends in.
+enum Ended {
+    Frame(Vec<u8>),
+    Value(Py<PyAny>, f64, f64, u64, Vec<String>),
+    Failed(PyErr),
+}
+
+impl Lane {
+    /// The CALL's fields, if the lane can run it exactly as the Python path would.
+    fn read_call<'a>(&self, frame: &'a [u8]) -> Option<Call<'a>> {
+        let body = frame.strip_prefix(self.call_header.as_slice())?;
+        let mut r = Reader::new(body, self.caps);
+        let (mut id, mut op, mut kind, mut sha, mut fn_name) = (None, None, None, None, None);
+        let (mut args, mut timeout, mut window) = (None, None, None);
+        let (mut tenant, mut name, mut source) = (false, false, false);
+        for _ in 0..r.map_len()? {
+            let Scalar::Str(key) = r.scalar()? else {
+                return None;
+            };
+            let seen = match key {
+                "args" => {
+                    let n = r.array_header()?;
+                    let mut values = Vec::with_capacity(n.min(64));
+                    for _ in 0..n {
+                        values.push(r.value(1)?);
+                    }
+                    args.replace(values).is_some()
+                }
+                "timeout" => match r.scalar()? {
+                    Scalar::Nil => timeout.replace(None).is_some(),
+                    Scalar::Float(t) if t > 0.0 => timeout.replace(Some(t)).is_some(),
+                    _ => return None,
+                },
+                "resident" => !matches!(r.scalar()?, Scalar::Nil),
+                // Ignored, as the Python path ignores the source of a script it holds.
+                "source" => match r.scalar()? {
+                    Scalar::Nil | Scalar::Str(_) => std::mem::replace(&mut source, true),
+                    _ => return None,
+                },
+                _ => match (key, r.scalar()?) {
+                    ("id", Scalar::Int(i)) if (0..=self.max_id).contains(&i) => {
+                        id.replace(i).is_some()
+                    }
+                    ("window", Scalar::Int(w)) if (1..=1024).contains(&w) => {
+                        window.replace(w).is_some()
+                    }
+                    ("op", Scalar::Str(s)) => op.replace(s).is_some(),
+                    ("kind", Scalar::Str(s)) => kind.replace(s).is_some(),
+                    ("sha", Scalar::Str(s)) => sha.replace(s).is_some(),
+                    ("fn", Scalar::Str(s)) => fn_name.replace(s).is_some(),
+                    ("tenant", Scalar::Str(_)) => std::mem::replace(&mut tenant, true),
+                    ("name", Scalar::Str(_)) => std::mem::replace(&mut name, true),
+                    _ => return None,
+                },
+            };
+            if seen {
+                return None; // a repeated key, or a field the lane leaves to the Python path
+            }
+        }
+        if !(r.at_end() && tenant && name && source && window.is_some())
+            || op != Some("call")
+            || kind != Some("region")
+        {
+            return None;
+        }
+        Some(Call {
+            id: id?,
+            fn_name: fn_name?,
+            sha: sha?,
+            args: args?,
+            timeout: timeout?,
+        })
+    }
+
+    fn script_for(&self, py: Python<'_>, sha: &str) -> Option<Py<Script>> {
+        let scripts = self.scripts.lock().ok()?;
+        let held = scripts.get(sha)?;
+        held.used.store(
+            self.tick.fetch_add(1, Ordering::Relaxed) + 1,
+            Ordering::Relaxed,
+        );
+        Some(held.script.clone_ref(py))
+    }
+
+    /// The RESULT frame, or `None` when a part of it is for the Python path to write.
+    fn result_frame(
+        &self,
+        id: i64,
+        value: &Dynamic,
+        (wall, cpu, ops): (f64, f64, u64),
+        output: &[String],
+    ) -> Option<Vec<u8>> {
+        if output.len() > self.caps.container {
+            return None;
+        }
+        let mut w = Writer::new(Vec::with_capacity(128), self.caps);
+        w.out.extend_from_slice(&self.result_header);
+        w.map_header(7);
+        w.str("id");
+        w.int(id);
+        w.str("value");
+        if !w.value(value, 2) {
+            return None;
+        }
+        w.str("wall");
+        w.float(wall);
+        w.str("cpu");
+        w.float(cpu);
+        w.str("peak_rss");
+        w.int(peak_rss_bytes());
+        w.str("ops");
+        w.int(i64::try_from(ops).ok()?);
+        w.str("output");
+        w.array_header(output.len());
+        for line in output {
+            w.str(line);
+        }
+        (w.out.len() - self.result_header.len() <= self.max_body).then_some(w.out)
+    }
+
+    fn finish(
+        &self,
+        py: Python<'_>,
+        id: i64,
+        result: PyResult<Dynamic>,
+        report: context::CallReport,
+        started: (Instant, f64),
+    ) -> Ended {
+        let value = match result {
+            Ok(value) => value,
+            Err(e) => return Ended::Failed(e),
+        };
+        let wall = started.0.elapsed().as_secs_f64();
+        let cpu = thread_cpu_seconds() - started.1;
+        let mut output = report.output;
+        if report.truncated {
+            output.push("[output truncated]".to_string());
+        }
+        if let Some(frame) = self.result_frame(id, &value, (wall, cpu, report.operations), &output)
+        {
+            return Ended::Frame(frame);
+        }
+        match convert::owned_value_to_python(py, value, "result") {
+            Ok(v) => Ended::Value(v.unbind(), wall, cpu, report.operations, output),
+            Err(e) => Ended::Failed(e),
+        }
+    }
+}
+
+#[pymethods]
+impl Lane {
+    #[new]
+    #[pyo3(signature = (*, call_header, result_header, max_id, max_body, max_container, max_depth))]
+    fn new(
+        call_header: Vec<u8>,
+        result_header: Vec<u8>,
+        max_id: i64,
+        max_body: usize,
+        max_container: usize,
+        max_depth: usize,
+    ) -> PyResult<Self> {
+        if call_header.is_empty() || result_header.is_empty() || max_id < 0 {
+            return Err(PyValueError::new_err(
+                "headers must not be empty and max_id must not be negative",
+            ));
+        }
+        Ok(Self {
+            call_header,
+            result_header,
+            max_id,
+            max_body,
+            caps: Caps {
+                container: max_container,
+                depth: max_depth,
+            },
+            scripts: Mutex::new(HashMap::new()),
+            tick: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+        })
+    }
+
+    /// Serve calls of script `sha` (a region script) from now on.
+    fn put(&self, sha: String, script: Py<Script>) {
+        if let Ok(mut scripts) = self.scripts.lock() {
+            let used = AtomicU64::new(self.tick.load(Ordering::Relaxed));
+            scripts.insert(sha, Held { script, used });
+        }
+    }
+
+    /// Stop serving calls of script `sha` (evicted from the worker's cache).
+    fn discard(&self, sha: &str) {
+        if let Ok(mut scripts) = self.scripts.lock() {
+            scripts.remove(sha);
+        }
+    }
+
+    /// The scripts the lane ran since the last `take_used`, least recently used first: the
+    /// worker's cache replays them, so its least-recently-used order sees the lane's calls too.
+    fn take_used(&self) -> Vec<String> {
+        let since = self
+            .synced
+            .swap(self.tick.load(Ordering::Relaxed), Ordering::Relaxed);
+        let Ok(scripts) = self.scripts.lock() else {
+            return Vec::new();
+        };
+        let mut used: Vec<(u64, &String)> = scripts
+            .iter()
+            .map(|(sha, held)| (held.used.load(Ordering::Relaxed), sha))
+            .filter(|(tick, _)| *tick > since)
+            .collect();
+        used.sort_unstable();
+        used.into_iter().map(|(_, sha)| sha.clone()).collect()
+    }
+
+    fn __len__(&self) -> usize {
+        self.scripts.lock().map_or(0, |s| s.len())
+    }
+
+    /// Run the CALL in `frame` if the lane can: its RESULT frame (`bytes`); `(id, value, wall,
+    /// cpu, ops, output)` when the value is for the Python path to encode; `(id, exception)`
+    /// when the call failed; `None` when nothing ran and the Python path must read the frame.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(call) = self.read_call(frame.as_bytes()) else {
+            return Ok(None);
+        };
+        let Some(script) = self.script_for(py, call.sha) else {
+            return Ok(None);
+        };
+        let started = (Instant::now(), thread_cpu_seconds());
+        let (id, args) = (call.id, call.args);
+        let ended = script
+            .get()
+            .run_with(
+                py,
+                call.fn_name,
+                args.len(),
+                || Ok(args),
+                call.timeout,
+                None,
+                |py, result, report, _| Ok(self.finish(py, id, result, report, started)),
+            )
+            .unwrap_or_else(Ended::Failed);
+        let out = match ended {
+            Ended::Frame(bytes) => PyBytes::new(py, &bytes).into_any(),
+            Ended::Value(value, wall, cpu, ops, output) => (id, value, wall, cpu, ops, output)
+                .into_pyobject(py)?
+                .into_any(),
+            Ended::Failed(e) => (id, e.into_value(py)).into_pyobject(py)?.into_any(),
+        };
+        Ok(Some(out))
+    }
+}

@@ -1,0 +1,342 @@
+"""The native lane (``worker/lane.py``, ``rhai.Lane``) against the worker's Python path.
+
+For every CALL the lane runs, its frames must be byte for byte what the Python path sends: the
+same value encoding (int widths, map order, strings, blobs, floats), the same ERROR for a failure,
+the same refusal for a value without wire form.  For every CALL it must not run, it runs nothing
+(``None``) and leaves the frame to the Python path.  Wall and CPU time and peak RSS are
+measurements: the reference frame is written with the lane's figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from typing import Any
+
+import msgpack
+import pytest
+import rhai
+from bare_worker import BareWorker
+
+from proto import SIGNATURE, Call, Command, Error, ErrorClass, Kind, Op, Ready, Result, decode, encode
+from proto.frames import decode_plain_call, encode_result
+from proto.schema import MAX_ID
+from proto.values import pack
+from worker.cache import DEFAULT_MAX_SCRIPTS
+from worker.engine import Engines, ScriptFailure
+from worker.host_bridge import HOST_FUNCTIONS, WAITS
+from worker.lane import lane_frames, new_lane
+from worker.messages import CallFields, failure_message, outcome_frames
+
+SOURCE = r"""
+fn echo(x) { x }
+fn pair(a, b) { [b, a] }
+fn letter() { 'λ' }
+fn blob_of(n) { let b = blob(n, 7); b }
+fn keys() { #{zeta: 1, alpha: 2, "Beta": 3, "": 4, "é": 5} }
+fn printed(x) { print(`saw ${x}`); debug(x); x * 2 }
+fn chatty() { for i in 0..2000 { print("a line of output that fills the budget quickly") } 1 }
+fn thrown() { throw #{code: 7} }
+fn failing() { let a = [1]; a[5] }
+fn spin() { loop {} }
+fn pointer() { Fn("echo") }
+fn deep(n) { let v = 1; for i in 0..n { v = [v]; } v }
+fn stamp() { timestamp() }
+fn wide(n) { let a = []; a.pad(n, 0); a }
+fn ctx_len(ctx) { ctx.entries.len() }
+"""
+SHA = hashlib.sha256(SOURCE.encode()).hexdigest()
+CALL_HEADER = SIGNATURE + bytes((Command.CALL,))
+
+
+@pytest.fixture(scope="module")
+def engines() -> Engines:
+    return Engines(HOST_FUNCTIONS, WAITS)
+
+
+@pytest.fixture(scope="module")
+def script(engines: Engines) -> Any:
+    return engines.compile(Kind.REGION, SOURCE, "lane.rhai")
+
+
+@pytest.fixture
+def lane(script: Any) -> rhai.Lane:
+    lane = new_lane()
+    lane.put(SHA, script.script)
+    return lane
+
+
+def frame_of(
+    fn: str, args: list[Any], *, call_id: int = 9, timeout: float | None = 5.0, **extra: Any
+) -> bytes:
+    return encode(Call(call_id, Op.CALL, Kind.REGION, SHA, fn, args, timeout, "t", "lane.rhai", **extra))[0]
+
+
+def raw_frame(body: dict[str, Any], **options: Any) -> bytes:
+    return CALL_HEADER + msgpack.packb(body, use_bin_type=True, **options)
+
+
+def base_body(fn: str = "echo", args: list[Any] | None = None) -> dict[str, Any]:
+    return msgpack.unpackb(frame_of(fn, [1] if args is None else args)[5:])
+
+
+def python_path(engines: Engines, script: Any, frame: bytes, figures: Result | None) -> list[bytes]:
+    """What ``worker.loop`` sends for ``frame`` without the lane; with the lane's figures if given."""
+    fields = decode_plain_call([frame])
+    assert fields is not None
+    call = CallFields._make(fields)
+    try:
+        outcome = engines.run(script, call.fn, call.args, call.timeout, None)
+    except ScriptFailure as failure:
+        return encode(failure_message(call.id, failure))
+    if figures is None:
+        return outcome_frames(call.id, outcome)
+    wall, cpu, peak_rss = figures.wall, figures.cpu, figures.peak_rss
+    return encode_result(call.id, outcome.value, wall, cpu, peak_rss, outcome.ops, outcome.output)
+
+
+INTS = [
+    0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1,
+    -1, -32, -33, -128, -129, -32768, -32769, -(2**31), -(2**31) - 1, -(2**63),
+]  # fmt: skip
+FLOATS = [0.0, -0.0, 1.5, -2.25, 1e300, 5e-324, float("inf"), float("-inf")]
+STRINGS = ["", "a" * 31, "b" * 32, "c" * 255, "d" * 256, "e" * 65535, "f" * 65536, "λ→✓ 😀", "\x00nul"]
+NESTED = [
+    None, True, False, [], {}, [1, [2, [3, [4]]]], {"b": 1, "a": [1, {"z": None, "y": 2.5}]},
+    list(range(15)), list(range(16)), list(range(65536)), {f"k{i:03}": i for i in range(16)},
+    {f"k{i:03}": i for i in range(15)}, [b"", b"\x00\xff" * 200, b"z" * 70000],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", INTS + FLOATS + STRINGS + NESTED, ids=lambda v: repr(v)[:40])
+def test_an_echoed_value_leaves_as_the_python_path_writes_it(
+    lane: rhai.Lane, engines: Engines, script: Any, value: Any
+) -> None:
+    frame = frame_of("echo", [value])
+    ended = lane.run(frame)
+    assert type(ended) is bytes
+    sent = [ended]
+    figures = decode(sent)
+    assert isinstance(figures, Result)
+    assert sent == python_path(engines, script, frame, figures)
+
+
+@pytest.mark.parametrize(
+    ("fn", "args"),
+    [
+        ("pair", [1, "x"]),
+        ("letter", []),
+        ("blob_of", [300]),
+        ("keys", []),
+        ("printed", [21]),
+        ("chatty", []),  # output truncated: the marker line is added as the Python path adds it
+        ("deep", [998]),  # the deepest value written plainly
+        ("wide", [9999]),
+    ],
+)
+def test_a_result_leaves_as_the_python_path_writes_it(
+    lane: rhai.Lane, engines: Engines, script: Any, fn: str, args: list[Any]
+) -> None:
+    frame = frame_of(fn, args, timeout=30.0)
+    ended = lane.run(frame)
+    assert type(ended) is bytes
+    figures = decode([ended])
+    assert isinstance(figures, Result)
+    assert [ended] == python_path(engines, script, frame, figures)
+
+
+def test_args_the_python_path_reads_specially_reach_the_script_alike(lane: rhai.Lane) -> None:
+    """A float32, a uint64 beyond i64 (the nearest float), a binary (a blob), a repeated map key
+    (the last wins) and a map's key order: the script sees what ``convert`` gives it."""
+    body = base_body("echo", [0])
+    body["args"] = [[1.5, 2**64 - 1, b"\x01\x02", {"b": 1, "a": 2}]]
+    ended = lane.run(raw_frame(body, use_single_float=True))
+    assert type(ended) is bytes
+    assert decode([ended]).value == [1.5, float(2**64 - 1), b"\x01\x02", {"a": 2, "b": 1}]
+    # the same key twice in one map (a dict cannot say it): the last one wins, as in a Python dict
+    pairs = b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in body.items() if k != "args")
+    args = msgpack.packb("args") + b"\x91\x82" + msgpack.packb("k") + b"\x01" + msgpack.packb("k") + b"\x02"
+    repeated = CALL_HEADER + bytes((0x80 | len(body),)) + pairs + args
+    ended = lane.run(repeated)
+    assert type(ended) is bytes and decode([ended]).value == {"k": 2}
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "timeout"),
+    [
+        ("thrown", [], 5.0),
+        ("failing", [], 5.0),
+        ("spin", [], 0.05),
+        ("echo", [], 5.0),  # no such arity
+        ("missing", [1], 5.0),
+        ("echo", [1], float("inf")),  # the plain reader takes it; the call refuses it
+    ],
+)
+def test_a_failure_ends_in_the_python_paths_error(
+    lane: rhai.Lane, engines: Engines, script: Any, fn: str, args: list[Any], timeout: float
+) -> None:
+    frame = frame_of(fn, args, timeout=timeout)
+    ended = lane.run(frame)
+    assert type(ended) is tuple and len(ended) == 2 and ended[0] == 9
+    sent = lane_frames(ended)
+    if fn == "spin":  # the elapsed time is part of a deadline's message: compare the rest
+        expected = decode(python_path(engines, script, frame, None))
+        got = decode(sent)
+        assert (got.id, got.cls, got.kind, got.limit) == (
+            expected.id,
+            expected.cls,
+            expected.kind,
+            expected.limit,
+        )
+    else:
+        assert sent == python_path(engines, script, frame, None)
+
+
+@pytest.mark.parametrize(("fn", "args"), [("pointer", []), ("deep", [999]), ("stamp", [])])
+def test_a_value_the_wire_refuses_or_flattens_is_left_to_the_python_path(
+    lane: rhai.Lane, engines: Engines, script: Any, fn: str, args: list[Any]
+) -> None:
+    frame = frame_of(fn, args, timeout=30.0)
+    ended = lane.run(frame)
+    assert type(ended) is tuple
+    sent = lane_frames(ended)
+    reference = python_path(engines, script, frame, None)
+    got, expected = decode(sent), decode(reference)
+    assert type(got) is type(expected)
+    if isinstance(got, Result):  # flattened: same value, figures are the lane's
+        assert (got.id, got.ops, got.output) == (expected.id, expected.ops, expected.output)
+        assert pack(got.value) == pack(expected.value)  # ``==`` on a value this deep recurses too far
+        assert sent == encode_result(got.id, got.value, got.wall, got.cpu, got.peak_rss, got.ops, got.output)
+    else:
+        assert sent == reference
+
+
+def _with(**changes: Any) -> bytes:
+    body = base_body()
+    body.update(changes)
+    return raw_frame({k: v for k, v in body.items() if v is not _DROP})
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(
+            frame_of(
+                "echo",
+                [{"entries": []}],
+                resident={"key": "k" * 16, "version": 1, "base": None, "drop": [], "entries": []},
+            ),
+            id="resident",
+        ),
+        pytest.param(
+            encode(Call(9, Op.CALL, Kind.PROVIDER, SHA, "echo", [1], 5.0, "t", "x"))[0], id="provider"
+        ),
+        pytest.param(encode(Call(9, Op.LOAD, Kind.REGION, SHA, "", [], 5.0, "t", "x"))[0], id="load"),
+        pytest.param(
+            encode(Call(9, Op.CALL, Kind.REGION, "0" * 64, "echo", [1], 5.0, "t", "x"))[0], id="unknown"
+        ),
+        pytest.param(_with(args=[msgpack.ExtType(1, b"x")]), id="ext-arg"),
+        pytest.param(_with(args=[{1: 2}]), id="int-key"),
+        pytest.param(_with(args=[{b"k": 2}]), id="bytes-key"),
+        pytest.param(_with(timeout=5), id="int-timeout"),
+        pytest.param(_with(timeout=-1.0), id="negative-timeout"),
+        pytest.param(_with(timeout=float("nan")), id="nan-timeout"),
+        pytest.param(_with(window=0), id="window-0"),
+        pytest.param(_with(window=1025), id="window-1025"),
+        pytest.param(_with(id=-1), id="negative-id"),
+        pytest.param(_with(id="9"), id="str-id"),
+        pytest.param(_with(op="Call"), id="op-case"),
+        pytest.param(_with(tenant=None), id="nil-tenant"),
+        pytest.param(_with(name=_DROP), id="no-name"),
+        pytest.param(_with(source=_DROP), id="no-source"),
+        pytest.param(_with(source=b"fn echo(x) { x }"), id="binary-source"),
+        pytest.param(_with(extra=1), id="unknown-field"),
+        pytest.param(_with(args={"a": 1}), id="args-map"),
+        pytest.param(frame_of("echo", [1]) + b"\xc0", id="trailing-bytes"),
+        pytest.param(frame_of("echo", ["x" * 40])[:-3], id="truncated"),
+        pytest.param(frame_of("echo", [1])[:5] + b"\x91\x01", id="body-not-a-map"),
+        pytest.param(b"RHP\x02\x10" + frame_of("echo", [1])[5:], id="other-version"),
+        pytest.param(SIGNATURE + bytes((Command.RESULT,)) + frame_of("echo", [1])[5:], id="not-a-call"),
+        pytest.param(CALL_HEADER[:4], id="short"),
+        pytest.param(frame_of("echo", [1]).replace(msgpack.packb("t"), b"\xa1\xff", 1), id="invalid-utf8"),
+    ],
+)
+def test_a_call_the_lane_cannot_take_exactly_is_left_untouched(lane: rhai.Lane, frame: bytes) -> None:
+    assert type(lane.run(_with())) is bytes  # the control: the same call, plainly valid, runs
+    lane.take_used()
+    assert lane.run(frame) is None
+    assert lane.take_used() == []
+
+
+def test_nesting_past_the_readers_depth_is_left_to_the_python_path(lane: rhai.Lane) -> None:
+    value: Any = 1
+    for _ in range(127):
+        value = [value]
+    assert type(lane.run(frame_of("echo", [value]))) is bytes
+    assert lane.run(frame_of("echo", [[value]])) is None
+
+
+def test_a_source_sent_along_is_ignored_as_the_python_path_ignores_it(lane: rhai.Lane) -> None:
+    ended = lane.run(frame_of("echo", [5], source="fn echo(x) { 0 }"))
+    assert type(ended) is bytes and decode([ended]).value == 5
+
+
+def test_scripts_come_and_go(script: Any) -> None:
+    lane = new_lane()
+    frame = frame_of("echo", [1])
+    assert lane.run(frame) is None and len(lane) == 0
+    lane.put(SHA, script.script)
+    assert type(lane.run(frame)) is bytes and len(lane) == 1
+    lane.discard(SHA)
+    assert lane.run(frame) is None and len(lane) == 0
+
+
+def test_take_used_lists_scripts_least_recently_used_first(engines: Engines) -> None:
+    lane = new_lane()
+    shas = []
+    for n in range(3):
+        source = f"fn f() {{ {n} }}"
+        sha = hashlib.sha256(source.encode()).hexdigest()
+        lane.put(sha, engines.compile(Kind.REGION, source, "x").script)
+        shas.append(sha)
+    assert lane.take_used() == []
+    for sha in (shas[2], shas[0], shas[2], shas[1]):
+        body = base_body("f", [])
+        body["sha"] = sha
+        assert type(lane.run(raw_frame(body))) is bytes
+    assert lane.take_used() == [shas[0], shas[2], shas[1]]
+    assert lane.take_used() == []
+
+
+def test_the_id_bound_is_protos(lane: rhai.Lane) -> None:
+    assert type(lane.run(_with(id=MAX_ID))) is bytes
+    assert lane.run(_with(id=MAX_ID + 1)) is None
+
+
+def test_a_worker_keeps_the_scripts_its_lane_runs_in_its_cache_order() -> None:
+    """A real worker: a script called only through the lane stays recently used in the worker's
+    LRU cache, so filling the cache evicts the scripts nobody called instead."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peer = BareWorker(tmp)
+        try:
+            assert isinstance(peer.recv(), Ready)
+            sources = [f"fn f() {{ {n} }}" for n in range(DEFAULT_MAX_SCRIPTS + 1)]
+            shas = [hashlib.sha256(source.encode()).hexdigest() for source in sources]
+
+            def call(n: int, op: Op, source: str | None) -> Any:
+                peer.send(Call(next(peer.ids), op, Kind.REGION, shas[n], "f", [], 5.0, "t", "f.rhai", source))
+                return peer.recv()
+
+            for n in range(DEFAULT_MAX_SCRIPTS):  # the cache is now full; script 0 is the oldest
+                assert isinstance(call(n, Op.LOAD, sources[n]), Result)
+            for _ in range(3):
+                assert call(0, Op.CALL, None).value == 0  # served by the lane alone
+            assert isinstance(call(DEFAULT_MAX_SCRIPTS, Op.LOAD, sources[-1]), Result)  # evicts one
+            assert call(0, Op.CALL, None).value == 0
+            missing = call(1, Op.CALL, None)
+            assert isinstance(missing, Error) and missing.cls == ErrorClass.SCRIPT_MISSING
+        finally:
+            peer.close()
