@@ -183,9 +183,9 @@ class WorkerLoop:
         self._ready = Ready(os.getpid(), [PROTOCOL_VERSION], capacity, sandbox, probe)
         self._heartbeat = heartbeat
         self._cache = ScriptCache()
-        self._lane = new_lane()
-        """Plain region calls of cached scripts, frame to frame in native code (``worker/lane.py``)."""
         self._resident = ResidentStore() if resident is None else resident
+        self._lane = new_lane(self._resident.lists)
+        """Plain region calls of cached scripts, frame to frame in native code (``worker/lane.py``)."""
         self._channels: dict[int, CallChannel] = {}
         self._wire = Wire()
         self._outbox = Outbox(self._wire.send)

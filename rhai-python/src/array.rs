@@ -24,7 +24,7 @@ pub struct Array {
 }
 
 /// Converts `items` (any iterable) item by item, naming a bad one as `items[i]...`.
-fn convert_items(items: &Bound<'_, PyAny>) -> PyResult<rhai::Array> {
+pub(crate) fn convert_items(items: &Bound<'_, PyAny>) -> PyResult<rhai::Array> {
     let mut out = rhai::Array::new();
     for (i, item) in items.try_iter()?.enumerate() {
         let value =
@@ -35,13 +35,18 @@ fn convert_items(items: &Bound<'_, PyAny>) -> PyResult<rhai::Array> {
 }
 
 /// Frees `values` on a big stack: they may nest as deep as a script's budget allows.
-fn free(values: Vec<Dynamic>) {
+pub(crate) fn free(values: Vec<Dynamic>) {
     if !values.is_empty() {
         stack::run_on_big_stack(stack::MAX_STACK, move || drop(values));
     }
 }
 
 impl Array {
+    /// An `Array` holding `items` (already in Rhai form).
+    pub fn from_items(items: rhai::Array) -> Self {
+        Self { items }
+    }
+
     /// A copy of the items for one call (rhai clones nested values recursively).
     pub fn copy_items(&self) -> rhai::Array {
         stack::run_on_big_stack(stack::MAX_STACK, || self.items.clone())

@@ -8,7 +8,9 @@
 //!
 //! It takes only what it can do exactly as the Python path does, and says so before running
 //! anything: a plainly valid CALL of a region script it holds (its source, if sent, ignored as the
-//! Python path ignores it), with no resident entries. For anything else `run` returns `None` and the worker's Python path reads the frame
+//! Python path ignores it). A render's `resident` delta is applied to the worker's
+//! `ResidentLists` (`resident.rs`), the store the Python path uses too, before the hook runs, as
+//! there. For anything else `run` returns `None` and the worker's Python path reads the frame
 //! (and names any defect). After the script ran, a value the wire would refuse or flatten comes
 //! back as a Python value for the Python path to encode, and a failure as the exception
 //! `Script.call` would raise. The frame layout (signature, command bytes, caps) comes from the
@@ -16,6 +18,7 @@
 //! frames are byte for byte the Python path's.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -23,9 +26,10 @@ use std::time::Instant;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use rhai::Dynamic;
+use rhai::{Dynamic, Map};
 
 use crate::msgpack::{Caps, Reader, Scalar, Writer};
+use crate::resident::{ResidentLists, Update};
 use crate::script::Script;
 use crate::{context, convert};
 
@@ -39,8 +43,20 @@ struct Call<'a> {
     id: i64,
     fn_name: &'a str,
     sha: &'a str,
+    tenant: &'a str,
     args: Vec<Dynamic>,
     timeout: Option<f64>,
+    resident: Option<Resident<'a>>,
+}
+
+/// A CALL's `resident` map: the update to its list, and the items it adds with their sizes.
+struct Resident<'a> {
+    key: &'a str,
+    version: i64,
+    base: Option<i64>,
+    drop: Vec<i64>,
+    entries: Vec<Dynamic>,
+    sizes: Vec<usize>,
 }
 
 /// A worker's native path for plain region calls; see the module documentation.
@@ -50,7 +66,9 @@ pub struct Lane {
     result_header: Vec<u8>,
     max_id: i64,
     max_body: usize,
+    max_resident_key: usize,
     caps: Caps,
+    resident: Option<Py<ResidentLists>>,
     scripts: Mutex<HashMap<String, Held>>,
     tick: AtomicU64,
     synced: AtomicU64,
@@ -75,6 +93,21 @@ fn peak_rss_bytes() -> i64 {
     usage.ru_maxrss.saturating_mul(1024)
 }
 
+/// The list a resident CALL's hook gets, updated; `None` when its base is not held.
+fn resident_list(lists: &ResidentLists, tenant: &str, r: Resident<'_>) -> Option<rhai::Array> {
+    let update = Update {
+        tenant,
+        key: r.key,
+        version: r.version,
+        base: r.base,
+        drop: &r.drop,
+    };
+    let added = move || Ok::<_, Infallible>((r.entries, r.sizes));
+    lists
+        .update(&update, added)
+        .unwrap_or_else(|never| match never {})
+}
+
 /// What a call the lane ran ends in.
 enum Ended {
     Frame(Vec<u8>),
@@ -89,7 +122,7 @@ impl Lane {
         let mut r = Reader::new(body, self.caps);
         let (mut id, mut op, mut kind, mut sha, mut fn_name) = (None, None, None, None, None);
         let (mut args, mut timeout, mut window) = (None, None, None);
-        let (mut tenant, mut name, mut source) = (false, false, false);
+        let (mut tenant, mut resident, mut name, mut source) = (None, None, false, false);
         for _ in 0..r.map_len()? {
             let Scalar::Str(key) = r.scalar()? else {
                 return None;
@@ -108,7 +141,8 @@ impl Lane {
                     Scalar::Float(t) if t > 0.0 => timeout.replace(Some(t)).is_some(),
                     _ => return None,
                 },
-                "resident" => !matches!(r.scalar()?, Scalar::Nil),
+                "resident" if r.nil() => false,
+                "resident" => resident.replace(self.read_resident(&mut r)?).is_some(),
                 // Ignored, as the Python path ignores the source of a script it holds.
                 "source" => match r.scalar()? {
                     Scalar::Nil | Scalar::Str(_) => std::mem::replace(&mut source, true),
@@ -125,7 +159,7 @@ impl Lane {
                     ("kind", Scalar::Str(s)) => kind.replace(s).is_some(),
                     ("sha", Scalar::Str(s)) => sha.replace(s).is_some(),
                     ("fn", Scalar::Str(s)) => fn_name.replace(s).is_some(),
-                    ("tenant", Scalar::Str(_)) => std::mem::replace(&mut tenant, true),
+                    ("tenant", Scalar::Str(s)) => tenant.replace(s).is_some(),
                     ("name", Scalar::Str(_)) => std::mem::replace(&mut name, true),
                     _ => return None,
                 },
@@ -134,18 +168,92 @@ impl Lane {
                 return None; // a repeated key, or a field the lane leaves to the Python path
             }
         }
-        if !(r.at_end() && tenant && name && source && window.is_some())
+        if !(r.at_end() && name && source && window.is_some())
             || op != Some("call")
             || kind != Some("region")
         {
+            return None;
+        }
+        let args = args?;
+        if resident.is_some() && !args.first().is_some_and(Dynamic::is_map) {
             return None;
         }
         Some(Call {
             id: id?,
             fn_name: fn_name?,
             sha: sha?,
-            args: args?,
+            tenant: tenant?,
+            args,
             timeout: timeout?,
+            resident,
+        })
+    }
+
+    /// A `resident` map the lane can apply exactly as the Python path does (a store is set, every
+    /// field plainly valid), with each added item's size: its bytes in the frame.
+    fn read_resident<'a>(&self, r: &mut Reader<'a>) -> Option<Resident<'a>> {
+        self.resident.as_ref()?;
+        let (mut key, mut version, mut base, mut drop, mut entries) =
+            (None, None, None, None, None);
+        for _ in 0..r.map_len()? {
+            let Scalar::Str(field) = r.scalar()? else {
+                return None;
+            };
+            let seen = match field {
+                "drop" => {
+                    let n = r.array_header()?;
+                    let mut indices = Vec::with_capacity(n.min(1024));
+                    for _ in 0..n {
+                        let Scalar::Int(i) = r.scalar()? else {
+                            return None;
+                        };
+                        indices.push(i);
+                    }
+                    drop.replace(indices).is_some()
+                }
+                "entries" => {
+                    let n = r.array_header()?;
+                    let (mut items, mut sizes) = (Vec::with_capacity(n.min(4096)), Vec::new());
+                    for _ in 0..n {
+                        let start = r.pos();
+                        items.push(r.value(1)?);
+                        sizes.push(r.pos() - start);
+                    }
+                    entries.replace((items, sizes)).is_some()
+                }
+                _ => match (field, r.scalar()?) {
+                    ("key", Scalar::Str(s)) => key.replace(s).is_some(),
+                    ("version", Scalar::Int(v)) if (0..=self.max_id).contains(&v) => {
+                        version.replace(v).is_some()
+                    }
+                    ("base", Scalar::Nil) => base.replace(None).is_some(),
+                    ("base", Scalar::Int(b)) if (0..=self.max_id).contains(&b) => {
+                        base.replace(Some(b)).is_some()
+                    }
+                    _ => return None,
+                },
+            };
+            if seen {
+                return None;
+            }
+        }
+        let (key, base, drop, (entries, sizes)) = (key?, base?, drop?, entries?);
+        let ascending = drop.first().is_none_or(|&first| first >= 0)
+            && drop.windows(2).all(|pair| pair[0] < pair[1]);
+        let key_len = key.chars().count();
+        if !ascending
+            || (base.is_none() && !drop.is_empty())
+            || !(16..=self.max_resident_key).contains(&key_len)
+        {
+            return None;
+        }
+        Some(Resident {
+            key,
+            version: version?,
+            base,
+            drop,
+            entries,
+            sizes,
         })
     }
 
@@ -227,7 +335,11 @@ impl Lane {
 #[pymethods]
 impl Lane {
     #[new]
-    #[pyo3(signature = (*, call_header, result_header, max_id, max_body, max_container, max_depth))]
+    #[pyo3(signature = (
+        *, call_header, result_header, max_id, max_body, max_container, max_depth,
+        max_resident_key=128, resident=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         call_header: Vec<u8>,
         result_header: Vec<u8>,
@@ -235,6 +347,8 @@ impl Lane {
         max_body: usize,
         max_container: usize,
         max_depth: usize,
+        max_resident_key: usize,
+        resident: Option<Py<ResidentLists>>,
     ) -> PyResult<Self> {
         if call_header.is_empty() || result_header.is_empty() || max_id < 0 {
             return Err(PyValueError::new_err(
@@ -246,6 +360,8 @@ impl Lane {
             result_header,
             max_id,
             max_body,
+            max_resident_key,
+            resident,
             caps: Caps {
                 container: max_container,
                 depth: max_depth,
@@ -295,7 +411,8 @@ impl Lane {
 
     /// Run the CALL in `frame` if the lane can: its RESULT frame (`bytes`); `(id, value, wall,
     /// cpu, ops, output)` when the value is for the Python path to encode; `(id, exception)`
-    /// when the call failed; `None` when nothing ran and the Python path must read the frame.
+    /// when the call failed; `(id, "missing", base)` when its resident list's base is not held;
+    /// `None` when nothing ran and the Python path must read the frame.
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -307,8 +424,18 @@ impl Lane {
         let Some(script) = self.script_for(py, call.sha) else {
             return Ok(None);
         };
+        let (id, mut args) = (call.id, call.args);
+        if let (Some(update), Some(lists)) = (call.resident, &self.resident) {
+            // Before the call, as the Python path does: the list changes whatever the hook does.
+            let base = update.base.unwrap_or_default();
+            let Some(list) = resident_list(lists.get(), call.tenant, update) else {
+                return Ok(Some((id, "missing", base).into_pyobject(py)?.into_any()));
+            };
+            if let Some(mut first) = args.first_mut().and_then(Dynamic::write_lock::<Map>) {
+                first.insert("entries".into(), Dynamic::from_array(list));
+            }
+        }
         let started = (Instant::now(), thread_cpu_seconds());
-        let (id, args) = (call.id, call.args);
         let ended = script
             .get()
             .run_with(

@@ -4,7 +4,7 @@
 //! `engine.rs` (engine set-up), `script.rs` (calls), `context.rs` (per-call state),
 //! `convert.rs` (values), `array.rs` (arrays held in Rust form), `json.rs` (JSON), `host.rs` (Python callables),
 //! `stack.rs` (the stack each call runs on), `lane.rs` with `msgpack.rs` (a worker's
-//! plain region call from frame to frame) and `errors.rs` (the exception mapping).
+//! plain region call from frame to frame) and `resident.rs` (lists kept between its calls) and `errors.rs` (the exception mapping).
 
 mod array;
 mod context;
@@ -15,6 +15,7 @@ mod host;
 mod json;
 mod lane;
 mod msgpack;
+mod resident;
 mod script;
 mod stack;
 
@@ -36,6 +37,7 @@ fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<host::Callback>()?;
     m.add_class::<host::FnPtr>()?;
     m.add_class::<lane::Lane>()?;
+    m.add_class::<resident::ResidentLists>()?;
     m.add_function(wrap_pyfunction!(context::current_call_remaining, m)?)?;
     m.add_function(wrap_pyfunction!(json::to_json, m)?)?;
     m.add_function(wrap_pyfunction!(json::parse_json, m)?)?;

@@ -52,6 +52,18 @@ impl<'a> Reader<'a> {
         Self { data, pos: 0, caps }
     }
 
+    /// Bytes read so far.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Consumes a nil if one comes next.
+    pub fn nil(&mut self) -> bool {
+        let nil = self.peek() == Some(0xc0);
+        self.pos += usize::from(nil);
+        nil
+    }
+
     pub fn at_end(&self) -> bool {
         self.pos == self.data.len()
     }

@@ -27,6 +27,7 @@ from worker.engine import Engines, ScriptFailure
 from worker.host_bridge import HOST_FUNCTIONS, WAITS
 from worker.lane import lane_frames, new_lane
 from worker.messages import CallFields, failure_message, outcome_frames
+from worker.resident import ResidentStore
 
 SOURCE = r"""
 fn echo(x) { x }
@@ -44,6 +45,7 @@ fn deep(n) { let v = 1; for i in 0..n { v = [v]; } v }
 fn stamp() { timestamp() }
 fn wide(n) { let a = []; a.pad(n, 0); a }
 fn ctx_len(ctx) { ctx.entries.len() }
+fn ctx_sum(ctx) { let t = 0; for e in ctx.entries { t += e.tokens; } t }
 """
 SHA = hashlib.sha256(SOURCE.encode()).hexdigest()
 CALL_HEADER = SIGNATURE + bytes((Command.CALL,))
@@ -340,3 +342,131 @@ def test_a_worker_keeps_the_scripts_its_lane_runs_in_its_cache_order() -> None:
             assert isinstance(missing, Error) and missing.cls == ErrorClass.SCRIPT_MISSING
         finally:
             peer.close()
+
+
+# -- resident lists -------------------------------------------------------------
+
+KEY = "k" * 24
+
+
+def entry(i: int) -> dict[str, Any]:
+    return {"content": f"entry {i} " + "x" * (i % 40), "tokens": i}
+
+
+def resident_frame(
+    base: int | None, version: int, drop: list[int], entries: list[Any], *, tenant: str = "t", key: str = KEY
+) -> bytes:
+    resident = {"key": key, "version": version, "base": base, "drop": drop, "entries": entries}
+    call = Call(9, Op.CALL, Kind.REGION, SHA, "ctx_sum", [{"region": {"name": "r"}, "entries": []}], 5.0,
+                tenant, "lane.rhai", resident=resident)  # fmt: skip
+    return encode(call)[0]
+
+
+def python_resident_path(
+    engines: Engines, script: Any, store: ResidentStore, frame: bytes, figures: Result | None
+) -> list[bytes]:
+    """The Python path for a resident CALL: its store's ``args_for``, then the call."""
+    call = CallFields._make(decode_plain_call([frame]))
+    try:
+        args = store.args_for(call.tenant, call.resident, call.args)
+        outcome = engines.run(script, call.fn, args, call.timeout, None)
+    except ScriptFailure as failure:
+        return encode(failure_message(call.id, failure))
+    if figures is None:
+        return outcome_frames(call.id, outcome)
+    wall, cpu, peak_rss = figures.wall, figures.cpu, figures.peak_rss
+    return encode_result(call.id, outcome.value, wall, cpu, peak_rss, outcome.ops, outcome.output)
+
+
+STEPS = [  # (base, version, drop, entries, tenant): whole, appends, the oldest dropped, middle ones, misses
+    (None, 1, [], [entry(i) for i in range(30)], "t"),
+    (1, 2, [], [entry(30), entry(31)], "t"),
+    (2, 3, [0, 1, 2], [], "t"),
+    (3, 4, [1, 5, 28], [entry(40)], "t"),
+    (4, 4, [], [], "t"),
+    (4, 5, [], [entry(41)], "other"),  # another tenant: nothing there under this key
+    (9, 10, [], [], "t"),  # a version never sent: missing, and the list is forgotten
+    (5, 6, [], [], "t"),
+    (None, 7, [], [entry(50)], "t"),
+    (7, 8, [0], [], "t"),  # emptied
+]
+
+
+def test_resident_renders_leave_as_the_python_path_writes_them(engines: Engines, script: Any) -> None:
+    """Step by step, the lane on one store and the Python path on another send the same frames and
+    keep the same lists (the lane sizes an item by its bytes in the frame, the Python path by
+    packing it again: the same for every value the coordinator sends)."""
+    lane_store, python_store = ResidentStore(), ResidentStore()
+    lane = new_lane(lane_store.lists)
+    lane.put(SHA, script.script)
+    for base, version, drop, entries, tenant in STEPS:
+        frame = resident_frame(base, version, drop, entries, tenant=tenant)
+        ended = lane.run(frame)
+        assert ended is not None
+        sent = lane_frames(ended)
+        reply = decode(sent)
+        figures = reply if isinstance(reply, Result) else None
+        assert sent == python_resident_path(engines, script, python_store, frame, figures), (base, version)
+        assert (len(lane_store), lane_store.bytes) == (len(python_store), python_store.bytes)
+
+
+def test_the_lane_and_the_python_path_share_one_store(engines: Engines, script: Any) -> None:
+    store = ResidentStore()
+    lane = new_lane(store.lists)
+    lane.put(SHA, script.script)
+    whole = resident_frame(None, 1, [], [entry(1), entry(2)])
+    assert isinstance(decode(python_resident_path(engines, script, store, whole, None)), Result)
+    ended = lane.run(resident_frame(1, 2, [0], [entry(3)]))  # the lane continues the Python path's list
+    assert type(ended) is bytes and decode([ended]).value == 2 + 3
+    reply = decode(python_resident_path(engines, script, store, resident_frame(2, 3, [], [entry(4)]), None))
+    assert isinstance(reply, Result) and reply.value == 2 + 3 + 4  # and the other way round
+
+
+def test_a_tenant_never_reaches_another_tenants_list(script: Any) -> None:
+    store = ResidentStore()
+    lane = new_lane(store.lists)
+    lane.put(SHA, script.script)
+    assert type(lane.run(resident_frame(None, 1, [], [entry(7)], tenant="acme"))) is bytes
+    assert lane.run(resident_frame(1, 2, [], [], tenant="globex")) == (9, "missing", 1)
+    ended = lane.run(resident_frame(1, 2, [], [], tenant="acme"))
+    assert type(ended) is bytes and decode([ended]).value == 7
+
+
+def _resident_with(**changes: Any) -> bytes:
+    body = msgpack.unpackb(resident_frame(None, 1, [], [entry(1)])[5:])
+    body["resident"] = {k: v for k, v in {**body["resident"], **changes}.items() if v is not _DROP}
+    return raw_frame(body)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(_resident_with(key="k" * 15), id="key-too-short"),
+        pytest.param(_resident_with(key="k" * 129), id="key-too-long"),
+        pytest.param(_resident_with(key=b"k" * 20), id="binary-key"),
+        pytest.param(_resident_with(version=-1), id="negative-version"),
+        pytest.param(_resident_with(version=MAX_ID + 1), id="version-past-max-id"),
+        pytest.param(_resident_with(base=1.0), id="float-base"),
+        pytest.param(_resident_with(drop=[0]), id="drop-without-base"),
+        pytest.param(_resident_with(base=1, drop=[2, 1]), id="drop-descending"),
+        pytest.param(_resident_with(base=1, drop=[1, 1]), id="drop-repeated"),
+        pytest.param(_resident_with(base=1, drop=[-1]), id="drop-negative"),
+        pytest.param(_resident_with(base=1, drop=["0"]), id="drop-str"),
+        pytest.param(_resident_with(entries={"a": 1}), id="entries-map"),
+        pytest.param(_resident_with(entries=[msgpack.ExtType(1, b"")]), id="entries-ext"),
+        pytest.param(_resident_with(extra=1), id="unknown-field"),
+        pytest.param(_resident_with(drop=_DROP), id="no-drop"),
+        pytest.param(_resident_with(base=_DROP), id="no-base"),
+        pytest.param(
+            _with(args=[[]], resident={"key": KEY, "version": 1, "base": None, "drop": [], "entries": []}),
+            id="first-arg-not-a-map",
+        ),
+    ],
+)
+def test_a_resident_map_the_lane_cannot_take_exactly_is_left_untouched(script: Any, frame: bytes) -> None:
+    store = ResidentStore()
+    lane = new_lane(store.lists)
+    lane.put(SHA, script.script)
+    assert type(lane.run(_resident_with())) is bytes  # the control: the plainly valid map runs
+    assert lane.run(frame) is None
+    assert len(store) == 1  # and the store is untouched

@@ -12,6 +12,7 @@ __all__ = [
     "Engine",
     "FnPtr",
     "Lane",
+    "ResidentLists",
     "Script",
     "__version__",
     "current_call_remaining",
@@ -125,11 +126,12 @@ class Script:
 class Lane:
     """A worker's plain region call from its CALL frame to its RESULT frame in one native step.
 
-    It runs only a plainly valid CALL (op ``call``, kind ``region``, no ``resident``) of a script
-    given to ``put`` (a ``source`` sent along is ignored); anything else is left to the caller's
-    own path. The frame layout comes from the caller: ``call_header``/``result_header`` (signature, version and command
-    bytes), ``max_id``, ``max_body`` (encoded body bytes), ``max_container`` (elements of one
-    array or map), ``max_depth`` (container nesting written plainly).
+    It runs only a plainly valid CALL (op ``call``, kind ``region``) of a script given to ``put``
+    (a ``source`` sent along is ignored), applying a ``resident`` delta to ``resident`` first;
+    anything else is left to the caller's own path. The frame layout comes from the caller:
+    ``call_header``/``result_header`` (signature, version and command bytes), ``max_id``,
+    ``max_body`` (encoded body bytes), ``max_container`` (elements of one array or map),
+    ``max_depth`` (container nesting written plainly), ``max_resident_key`` (characters).
     """
 
     def __new__(
@@ -141,6 +143,8 @@ class Lane:
         max_body: int,
         max_container: int,
         max_depth: int,
+        max_resident_key: int = 128,
+        resident: ResidentLists | None = None,
     ) -> Lane: ...
     def put(self, sha: str, script: Script) -> None:
         """Serve calls of script ``sha`` from now on."""
@@ -154,7 +158,36 @@ class Lane:
 
         Returns its RESULT frame; ``(id, value, wall, cpu, ops, output)`` when the value is for the
         caller to encode; ``(id, exception)`` when the call failed (the exception ``Script.call``
-        raises); ``None`` when nothing ran.
+        raises); ``(id, "missing", base)`` when its ``resident`` delta applies to a version of the
+        list not held; ``None`` when nothing ran.
+        """
+
+@final
+class ResidentLists:
+    """Lists kept in Rhai form between calls, by ``(tenant, key)``, updated by deltas; bounded by
+    count and by bytes (the items' msgpack sizes), least recently used first out."""
+
+    def __new__(cls, *, max_keys: int, max_bytes: int) -> ResidentLists: ...
+    @property
+    def bytes(self) -> int:
+        """Sum of the kept items' sizes."""
+    def __len__(self) -> int: ...
+    def apply(
+        self,
+        tenant: str,
+        key: str,
+        version: int,
+        base: int | None,
+        drop: list[int],
+        items: list[Any],
+        sizer: Callable[[list[Any]], list[int]],
+    ) -> Array | None:
+        """Replace the list (``base`` is ``None``) or apply a delta to version ``base``: ``items``
+        appended (converted as call arguments are; ``sizer(items)`` gives their sizes), then the
+        items at ``drop`` (indices into the list as it was, ascending) removed.
+
+        Returns the list for the hook (a copy), or ``None`` when version ``base`` is not held.
+        A list whose delta does not apply, or whose items cannot be converted, is forgotten.
         """
 
 @final
