@@ -104,10 +104,27 @@ def encode_call(
     resident: dict[str, Any] | None = None,
 ) -> list[bytes]:  # fmt: skip
     """``encode(Call(...))`` without building the frozen message first: one CALL per attempt is the
-    coordinator's hot path.  Checked and refused exactly as ``encode`` checks and refuses."""
+    coordinator's hot path.  Checked and refused exactly as ``encode`` checks and refuses.
+
+    Plainly valid fields and arguments that are all scalars (a hook's usual call) skip ``pack``'s walk
+    over the body: nothing in it can be refused but its size; anything else takes ``encode``'s path."""
     body = call_body(id, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident)
+    if (
+        resident is None
+        and type(args) is list
+        and len(args) <= MAX_CONTAINER_LEN
+        and _SCALARS.issuperset(map(type, args))
+        and _plain_call_fields(body) is not None
+    ):
+        try:
+            data = _pack_plain(body)
+        except (OverflowError, TypeError, ValueError):
+            pass  # a wide int (sent as a float) or a value msgpack refuses: ``pack`` decides below
+        else:
+            if len(data) <= MAX_BODY_BYTES:
+                return [_CALL_HEADER + data]
     Call.check(body)
-    return [_HEADERS[Command.CALL] + pack(body)]
+    return [_CALL_HEADER + pack(body)]
 
 
 def encode_result(

@@ -108,6 +108,32 @@ def test_encode_call_sends_the_bytes_encode_sends(fields: tuple[Any, ...]) -> No
 
 
 @pytest.mark.parametrize(
+    "args",
+    [[], [1, -1, 2**63 - 1, 2**64 - 1], [2**64, -(2**63) - 1], [None, True, 1.5, "s", b"b"], ["x" * 70_000]],
+)
+def test_a_call_of_scalar_arguments_sends_the_bytes_encode_sends(args: list[Any]) -> None:
+    """Scalar arguments skip ``pack``'s walk; wide ints still travel as floats, as ``encode`` sends them."""
+    fields = (7, "call", "region", SHA, "f", args, 2.0, "t1", "n.rhai", None, 16)
+    assert encode_call(*fields) == encode(Call(*fields))
+
+
+@pytest.mark.parametrize(
+    "args", [["\ud800"], [Text("s")], [2**2000], ["x" * (17 * 1024 * 1024)]]
+)  # a lone surrogate, a str subclass, an int no float holds, a body over the size cap
+def test_a_call_of_scalar_arguments_is_refused_as_encode_refuses_it(args: list[Any]) -> None:
+    fields = (7, "call", "region", SHA, "f", args, 2.0, "t1")
+    try:
+        expected: Any = encode(Call(*fields))
+    except ProtocolError as refused:
+        expected = (type(refused), str(refused))
+    try:
+        got: Any = encode_call(*fields)
+    except ProtocolError as also_refused:
+        got = (type(also_refused), str(also_refused))
+    assert got == expected
+
+
+@pytest.mark.parametrize(
     "fields",
     [
         (7, "call", "region", SHA, "f", [1], 0.0, "t1"),  # a timeout the wire cannot carry
