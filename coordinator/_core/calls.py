@@ -267,6 +267,9 @@ class Call:
     """Its script is a suspect (``coordinator._core.isolation``): run it on a worker holding nothing else."""
     started_at: float | None = None
     """When its first attempt was sent (monotonic): ``started_at - enqueued_at`` is its queue wait."""
+    settle: Callable[[asyncio.Future[CallResult]], None] | None = None
+    """The dispatcher's done callback on ``future`` (its books); kept to take it back when it settles
+    the call itself as its answer arrives, one loop callback fewer per call."""
 
     @property
     def inline(self) -> bool:

@@ -30,7 +30,7 @@ from typing import Any
 
 from coordinator._core import outcomes
 from coordinator._core.admission import Admission
-from coordinator._core.calls import Attempt, Call, Observers
+from coordinator._core.calls import Attempt, Call, CallResult, Observers
 from coordinator._core.config import PoolConfig
 from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
@@ -112,7 +112,8 @@ class Dispatcher(Events):
         call.alone = call.alone or self._suspects.isolate(call.handle.sha256, now)
         self.inflight[call.id] = call
         self._admission.admitted(call)
-        call.future.add_done_callback(lambda _: self._settled(call))
+        call.settle = lambda _: self._settled(call)
+        call.future.add_done_callback(call.settle)
         if self._queue or not self._place(call):
             self._queue.push(call)
 
@@ -283,20 +284,34 @@ class Dispatcher(Events):
         call = attempt.call
         if call.alone:
             self._suspects.finished_alone(call.handle.sha256)
+        settled_here = False
         if isinstance(message, Error) and message.cls == ErrorClass.SCRIPT_MISSING:
             worker.scripts.discard((call.handle.kind, call.handle.sha256))
             self._queue.push(call, front=True)
         elif isinstance(message, Error) and call.resend_whole(worker.id, message.cls):
             self._queue.push(call, front=True)  # resent with the whole list, like ScriptMissing
         elif isinstance(message, Error):
-            call.finish(outcomes.from_error(call, worker, message))
+            settled_here = self._answer(call, outcomes.from_error(call, worker, message))
         elif call.op == Op.LOAD and outcomes.described_functions(message.value) is None:
             call.finish(outcomes.lying_worker(call, worker, "its description of the script is malformed"))
             self.violation(worker.process, attempt, "malformed load result")
         else:
-            call.finish(outcomes.from_result(call, worker, message))
+            settled_here = self._answer(call, outcomes.from_result(call, worker, message))
         self.supervisor.call_ended(worker.process)
         self.pump()
+        if settled_here:
+            self._settled(call)  # where its done callback would have run: after this answer's pump
+
+    @staticmethod
+    def _answer(call: Call, outcome: CallResult | BaseException) -> bool:
+        """Finish ``call`` with its worker's answer; ``True`` if its done callback was taken back, so
+        the caller settles it (``_settled``) at once instead of the loop one callback later."""
+        future = call.future
+        if future.done() or call.settle is None:
+            return False
+        taken = future.remove_done_callback(call.settle) == 1
+        call.finish(outcome)
+        return taken
 
     def _detach(self, attempt: Attempt) -> None:
         worker = attempt.worker

@@ -235,8 +235,12 @@ class Pool:
 
         ``resident`` (region calls) keeps ``args[0]["entries"]`` in the worker between calls.
         """
-        result = await self._run(handle, Op.CALL, function, list(args), timeout, tenant, host, resident)
-        return result.value  # what ``call_detailed`` returns, one coroutine frame fewer per call
+        call = self._start(handle, Op.CALL, function, list(args), timeout, tenant, host, resident)
+        try:  # ``_run``'s body inlined: no second coroutine to create and step through per call
+            return (await call.future).value
+        finally:
+            if not call.future.done():
+                call.future.cancel()
 
     async def call_detailed(
         self,
@@ -286,16 +290,24 @@ class Pool:
         self, handle: ScriptHandle, op: Op, fn: str, args: list[Any], timeout: float | None, tenant: str,
         host: HostHandler | None, resident: Resident | None = None,
     ) -> CallResult:  # fmt: skip
-        if resident is not None and (handle.kind != "region" or not args or type(args[0]) is not dict):
-            raise ValueError("resident= needs a region script and a map as first argument")
-        call = self._new_call(handle, op, fn, args, timeout, tenant, host)
-        call.resident = resident
-        self._dispatcher.submit(call)
+        call = self._start(handle, op, fn, args, timeout, tenant, host, resident)
         try:
             return await call.future
         finally:
             if not call.future.done():
                 call.future.cancel()
+
+    def _start(
+        self, handle: ScriptHandle, op: Op, fn: str, args: list[Any], timeout: float | None, tenant: str,
+        host: HostHandler | None, resident: Resident | None,
+    ) -> Call:  # fmt: skip
+        """Build and submit the call ``_run`` (and ``call``) then wait for: the caller's future is its end."""
+        if resident is not None and (handle.kind != "region" or not args or type(args[0]) is not dict):
+            raise ValueError("resident= needs a region script and a map as first argument")
+        call = self._new_call(handle, op, fn, args, timeout, tenant, host)
+        call.resident = resident
+        self._dispatcher.submit(call)
+        return call
 
     # -- introspection and shutdown -----------------------------------------
     def observe(self, observer: Callable[[CallEnded], None]) -> None:

@@ -46,6 +46,9 @@ class Router:
         self._sock.setsockopt(zmq.RCVHWM, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_BODY_BYTES + 4096)
         self._sock.bind(endpoint)
+        self._send_frame: Callable[..., Any] = super(zmq.Socket, self._sock).send
+        """The socket's own ``send``, without the Python wrapper pyzmq puts over it (whose only work is
+        for arguments we never pass): two sends per CALL."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._reading = False
@@ -74,12 +77,12 @@ class Router:
         relay = self.relays.get(identity)
         if relay is not None:
             return relay(identity, frames)
-        sock = self._sock
+        send = self._send_frame
         try:  # frame by frame, as send_multipart does, without its per-call Python checks
-            sock.send(identity, _SEND_MORE)
+            send(identity, _SEND_MORE)
             for frame in frames[:-1]:
-                sock.send(frame, _SEND_MORE)
-            sock.send(frames[-1], _SEND, copy=len(frames[-1]) <= 65536)
+                send(frame, _SEND_MORE)
+            send(frames[-1], _SEND, copy=len(frames[-1]) <= 65536)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (ROUTER_MANDATORY) or EAGAIN
             self.undeliverable += 1
             log.debug("cannot deliver to %s: %s", identity.hex(), exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from pool_support import SCRIPT, run
 
@@ -61,3 +62,31 @@ def test_a_refused_call_is_told_without_a_queue_wait_and_a_failing_observer_brea
     refused = [e for e in heard if isinstance(e.error, QuotaExceeded)]
     assert count == 3 and len(refused) == 1
     assert refused[0].queue_wait is None and refused[0].function == "echo"
+
+
+def test_a_calls_books_are_settled_once_before_its_caller_resumes() -> None:
+    """An answered call has left ``inflight``, been counted and been told by the time ``await`` returns
+    (its tenant's next call is admitted at once under a quota of one); a caller that gave up before
+    the answer came is settled once, as a failure, and its late answer changes nothing."""
+
+    async def main() -> list[CallEnded]:
+        heard: list[CallEnded] = []
+        async with Pool(workers=1, spares=0, tenant_max_calls=1) as pool:
+            pool.observe(heard.append)
+            h = await pool.load(SCRIPT, name="books.rhai", tenant="t")
+            for i in range(20):
+                assert await pool.call(h, "echo", i, tenant="t") == i
+                stats = pool.statistics()
+                assert (stats.inflight, stats.calls_ok, len(heard)) == (0, i + 2, i + 2)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pool.call(h, "sleepy", 0.3, 1, tenant="t"), 0.05)
+            stats = pool.statistics()
+            assert (stats.inflight, stats.calls_failed, len(heard)) == (0, 1, 22)
+            assert await pool.call(h, "echo", "after", tenant="t") == "after"  # queued behind the sleeper
+            stats = pool.statistics()
+            assert (stats.inflight, stats.calls_ok, stats.calls_failed, len(heard)) == (0, 22, 1, 23)
+        return heard
+
+    heard = run(main())
+    assert len({e.call_id for e in heard}) == 23
+    assert [e.function for e in heard if e.result is None] == ["sleepy"]
