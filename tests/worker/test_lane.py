@@ -82,13 +82,17 @@ def base_body(fn: str = "echo", args: list[Any] | None = None) -> dict[str, Any]
     return msgpack.unpackb(frame_of(fn, [1] if args is None else args)[5:])
 
 
-def python_path(engines: Engines, script: Any, frame: bytes, figures: Result | None) -> list[bytes]:
-    """What ``worker.loop`` sends for ``frame`` without the lane; with the lane's figures if given."""
+def python_path(
+    engines: Engines, script: Any, frame: bytes, figures: Result | None, store: ResidentStore | None = None
+) -> list[bytes]:
+    """What ``worker.loop`` sends for ``frame`` without the lane (a resident CALL's list from
+    ``store``); with the lane's figures if given."""
     fields = decode_plain_call([frame])
     assert fields is not None
     call = CallFields._make(fields)
     try:
-        outcome = engines.run(script, call.fn, call.args, call.timeout, None)
+        args = call.args if store is None else store.args_for(call.tenant, call.resident, call.args)
+        outcome = engines.run(script, call.fn, args, call.timeout, None)
     except ScriptFailure as failure:
         return encode(failure_message(call.id, failure))
     if figures is None:
@@ -362,22 +366,6 @@ def resident_frame(
     return encode(call)[0]
 
 
-def python_resident_path(
-    engines: Engines, script: Any, store: ResidentStore, frame: bytes, figures: Result | None
-) -> list[bytes]:
-    """The Python path for a resident CALL: its store's ``args_for``, then the call."""
-    call = CallFields._make(decode_plain_call([frame]))
-    try:
-        args = store.args_for(call.tenant, call.resident, call.args)
-        outcome = engines.run(script, call.fn, args, call.timeout, None)
-    except ScriptFailure as failure:
-        return encode(failure_message(call.id, failure))
-    if figures is None:
-        return outcome_frames(call.id, outcome)
-    wall, cpu, peak_rss = figures.wall, figures.cpu, figures.peak_rss
-    return encode_result(call.id, outcome.value, wall, cpu, peak_rss, outcome.ops, outcome.output)
-
-
 STEPS = [  # (base, version, drop, entries, tenant): whole, appends, the oldest dropped, middle ones, misses
     (None, 1, [], [entry(i) for i in range(30)], "t"),
     (1, 2, [], [entry(30), entry(31)], "t"),
@@ -406,7 +394,7 @@ def test_resident_renders_leave_as_the_python_path_writes_them(engines: Engines,
         sent = lane_frames(ended)
         reply = decode(sent)
         figures = reply if isinstance(reply, Result) else None
-        assert sent == python_resident_path(engines, script, python_store, frame, figures), (base, version)
+        assert sent == python_path(engines, script, frame, figures, python_store), (base, version)
         assert (len(lane_store), lane_store.bytes) == (len(python_store), python_store.bytes)
 
 
@@ -415,10 +403,10 @@ def test_the_lane_and_the_python_path_share_one_store(engines: Engines, script: 
     lane = new_lane(store.lists)
     lane.put(SHA, script.script)
     whole = resident_frame(None, 1, [], [entry(1), entry(2)])
-    assert isinstance(decode(python_resident_path(engines, script, store, whole, None)), Result)
+    assert isinstance(decode(python_path(engines, script, whole, None, store)), Result)
     ended = lane.run(resident_frame(1, 2, [0], [entry(3)]))  # the lane continues the Python path's list
     assert type(ended) is bytes and decode([ended]).value == 2 + 3
-    reply = decode(python_resident_path(engines, script, store, resident_frame(2, 3, [], [entry(4)]), None))
+    reply = decode(python_path(engines, script, resident_frame(2, 3, [], [entry(4)]), None, store))
     assert isinstance(reply, Result) and reply.value == 2 + 3 + 4  # and the other way round
 
 
