@@ -10,6 +10,7 @@ measurements: the reference frame is written with the lane's figures.
 from __future__ import annotations
 
 import hashlib
+import random
 import tempfile
 from typing import Any
 
@@ -458,3 +459,46 @@ def test_a_resident_map_the_lane_cannot_take_exactly_is_left_untouched(script: A
     assert type(lane.run(_resident_with())) is bytes  # the control: the plainly valid map runs
     assert lane.run(frame) is None
     assert len(store) == 1  # and the store is untouched
+
+
+def test_mutated_frames_are_run_exactly_as_the_python_path_runs_them_or_left_to_it(
+    engines: Engines, script: Any
+) -> None:
+    """Thousands of frames one byte or a few bytes away from valid ones (a fixed seed): whatever
+    the lane runs ends exactly as the Python path ends it (which must accept the frame too), and
+    nothing else runs."""
+    rng = random.Random(1303)
+    seeds = [
+        frame_of("echo", [{"a": [1, 2.5, "x", None, True, b"\x00"], "b": {"c": -70000}}]),
+        frame_of("pair", [300, "y" * 40]),
+        resident_frame(None, 1, [], [entry(1), entry(2)]),
+        resident_frame(1, 2, [0], [entry(3)]),
+    ]
+    ran = 0
+    for _ in range(4000):
+        frame = bytearray(rng.choice(seeds))
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            at = rng.randrange(5, len(frame))
+            if rng.random() < 0.8:
+                frame[at] = rng.randrange(256)
+            else:
+                del frame[at]
+        lane_store, python_store = ResidentStore(), ResidentStore()
+        for store in (lane_store, python_store):  # both hold version 1 of KEY, for the deltas
+            store.args_for(
+                "t", {"key": KEY, "version": 1, "base": None, "drop": [], "entries": [entry(0)]}, [{}]
+            )
+        lane = new_lane(lane_store.lists)
+        lane.put(SHA, script.script)
+        ended = lane.run(bytes(frame))
+        if ended is None:
+            continue
+        ran += 1
+        sent = lane_frames(ended)
+        fields = decode_plain_call([bytes(frame)])
+        assert fields is not None, "the lane ran a frame the Python path's plain reader refuses"
+        reply = decode(sent)
+        figures = reply if isinstance(reply, Result) else None
+        store = python_store if CallFields._make(fields).resident is not None else None
+        assert sent == python_path(engines, script, bytes(frame), figures, store), bytes(frame)
+    assert ran > 100  # the mutations leave many frames valid (a changed string byte, a number)
