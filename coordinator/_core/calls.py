@@ -267,14 +267,20 @@ class Call:
     """Its script is a suspect (``coordinator._core.isolation``): run it on a worker holding nothing else."""
     started_at: float | None = None
     """When its first attempt was sent (monotonic): ``started_at - enqueued_at`` is its queue wait."""
-    settle: Callable[[asyncio.Future[CallResult]], None] | None = None
-    """The dispatcher's done callback on ``future`` (its books); kept to take it back when it settles
-    the call itself as its answer arrives, one loop callback fewer per call."""
+    settle: Callable[[Call], None] | None = None
+    """Whoever keeps the books of calls (the dispatcher): told once ``future`` is done, through
+    ``on_done``, or directly by the dispatcher as the answer arrives (``on_done`` then taken back)."""
 
     @property
     def inline(self) -> bool:
         """Region calls and loads run on the worker's loop thread, one at a time."""
         return self.op is Op.LOAD or (self.op is Op.CALL and self.handle.kind is Kind.REGION)
+
+    def on_done(self, future: asyncio.Future[CallResult]) -> None:
+        """``future``'s done callback.  A bound method, not a closure: one object per call instead of
+        three, and equal to itself for ``remove_done_callback`` without being kept anywhere."""
+        if self.settle is not None:
+            self.settle(self)
 
     def resident_elsewhere(self, worker_id: str) -> bool:
         """Routing: this call's resident entries are not believed to be at ``worker_id``."""

@@ -88,6 +88,7 @@ class Dispatcher(Events):
         """Notified each time a call leaves ``inflight`` (``Pool.aclose`` drains on it)."""
         self.ok = self.failed = self.retries = self.dropped = self.protocol_errors = 0
         self.observers = Observers()
+        self._settle = self._settled  # one bound method for every call's ``settle``
 
     # -- submission ----------------------------------------------------------
     def submit(self, call: Call) -> None:
@@ -112,8 +113,8 @@ class Dispatcher(Events):
         call.alone = call.alone or self._suspects.isolate(call.handle.sha256, now)
         self.inflight[call.id] = call
         self._admission.admitted(call)
-        call.settle = lambda _: self._settled(call)
-        call.future.add_done_callback(call.settle)
+        call.settle = self._settle
+        call.future.add_done_callback(call.on_done)
         if self._queue or not self._place(call):
             self._queue.push(call)
 
@@ -131,6 +132,10 @@ class Dispatcher(Events):
         # inline attempt keeps its place (it is running or queued at the worker); its answer is dropped.
         if attempt is not None and not call.inline and attempt.wire_id in attempt.worker.attempts:
             self._forget(attempt, cancel=True)
+        # Nothing asks for it once the call has ended, and it closes a reference cycle (call -> attempt
+        # -> call): dropping it lets refcounting free the call, its future and its attempt at once
+        # instead of leaving them to the cyclic collector.
+        call.attempt = None
 
     def _place(self, call: Call) -> bool:
         """Send ``call`` to the best worker still alive; ``False`` if none can take it now."""
@@ -307,9 +312,9 @@ class Dispatcher(Events):
         """Finish ``call`` with its worker's answer; ``True`` if its done callback was taken back, so
         the caller settles it (``_settled``) at once instead of the loop one callback later."""
         future = call.future
-        if future.done() or call.settle is None:
+        if future.done():
             return False
-        taken = future.remove_done_callback(call.settle) == 1
+        taken = future.remove_done_callback(call.on_done) == 1
         call.finish(outcome)
         return taken
 
