@@ -7,7 +7,7 @@ arguments.  Every CALL ends in exactly one RESULT or ERROR carrying its ``id``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, ClassVar, Final
@@ -91,27 +91,39 @@ def _plain_call(cls: type[Call], body: Mapping[str, Any]) -> Call | None:
 
 
 def _plain_call_fields(body: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    get = body.get
+    get: Callable[[str], Any] = body.get
     ident, op_name, kind_name, sha, window = get("id"), get("op"), get("kind"), get("sha"), get("window")
     timeout, source, args = get("timeout"), get("source"), get("args")
     fn, tenant, name = get("fn"), get("tenant"), get("name")
     if not (
-        type(ident) is int and 0 <= ident <= s.MAX_ID
-        and type(op_name) is str and type(kind_name) is str
-        and type(sha) is str and (sha in _SEEN_SHAS or _plain_sha(sha))
-        and type(window) is int and 1 <= window <= 1024
-        and (timeout is None or (type(timeout) is float and timeout > 0))
-        and (source is None or type(source) is str)
-        and type(args) is list and type(fn) is str and type(tenant) is str and type(name) is str
-    ):  # fmt: skip
+        type(args) is list
+        and _plain_call_params(ident, op_name, kind_name, sha, fn, timeout, tenant, name, source, window)
+    ):
         return None
     op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
-    if op is None or kind is None:
+    if op is None or kind is None:  # never, after the check above (which asked the same maps)
         return None
     resident = get("resident")
     if resident is not None and not _plain_resident(resident, op, kind, args):
         return None
     return ident, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident
+
+
+def _plain_call_params(
+    ident: Any, op_name: Any, kind_name: Any, sha: Any, fn: Any, timeout: Any, tenant: Any, name: Any,
+    source: Any, window: Any,
+) -> bool:  # fmt: skip
+    """Every CALL field but ``args`` and ``resident`` plainly valid: the one-pass reader's rule, which
+    ``proto.frames.encode_call`` asks of its parameters directly (no body lookups)."""
+    return (
+        type(ident) is int and 0 <= ident <= s.MAX_ID
+        and type(op_name) is str and op_name in _OP_OF and type(kind_name) is str and kind_name in _KIND_OF
+        and type(sha) is str and (sha in _SEEN_SHAS or _plain_sha(sha))
+        and type(window) is int and 1 <= window <= 1024
+        and (timeout is None or (type(timeout) is float and timeout > 0))
+        and (source is None or type(source) is str)
+        and type(fn) is str and type(tenant) is str and type(name) is str
+    )  # fmt: skip
 
 
 def _plain_resident(resident: Any, op: Op, kind: Kind, args: list[Any]) -> bool:

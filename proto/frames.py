@@ -12,7 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, Protocol
 
-from proto.calls import Call, Cancel, Chunk, Credit, Error, Result, _plain_call_fields, call_body
+from proto.calls import (
+    Call,
+    Cancel,
+    Chunk,
+    Credit,
+    Error,
+    Result,
+    _plain_call_fields,
+    _plain_call_params,
+    call_body,
+)
 from proto.commands import COMMAND_FRAMES, Command
 from proto.control import Goodbye, Heartbeat, Ready, Shutdown
 from proto.errors import MalformedMessage, ProtocolError, UnknownCommand, VersionMismatch
@@ -114,7 +124,7 @@ def encode_call(
         and type(args) is list
         and len(args) <= MAX_CONTAINER_LEN
         and _SCALARS.issuperset(map(type, args))
-        and _plain_call_fields(body) is not None
+        and _plain_call_params(id, body["op"], body["kind"], sha, fn, timeout, tenant, name, source, window)
     ):
         try:
             data = _pack_plain(body)

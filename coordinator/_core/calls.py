@@ -270,11 +270,12 @@ class Call:
     settle: Callable[[Call], None] | None = None
     """Whoever keeps the books of calls (the dispatcher): told once ``future`` is done, through
     ``on_done``, or directly by the dispatcher as the answer arrives (``on_done`` then taken back)."""
+    inline: bool = field(init=False)
+    """Region calls and loads run on the worker's loop thread, one at a time.  Set once (``op`` and
+    ``handle`` never change): placement and the dispatcher ask it several times per call."""
 
-    @property
-    def inline(self) -> bool:
-        """Region calls and loads run on the worker's loop thread, one at a time."""
-        return self.op is Op.LOAD or (self.op is Op.CALL and self.handle.kind is Kind.REGION)
+    def __post_init__(self) -> None:
+        self.inline = self.op is Op.LOAD or (self.op is Op.CALL and self.handle.kind is Kind.REGION)
 
     def on_done(self, future: asyncio.Future[CallResult]) -> None:
         """``future``'s done callback.  A bound method, not a closure: one object per call instead of

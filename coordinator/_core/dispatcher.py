@@ -151,14 +151,15 @@ class Dispatcher(Events):
         queue, placements = self._queue, self.placements
         if not queue and not placements.any_reserved:
             return  # nothing waits, nothing is held back: the common case after each answer
-        progress = True
+        progress, heads = True, []
         while progress and queue:
-            progress = False
-            for call in queue.heads():
+            progress, heads = False, queue.head_list()
+            for call in heads:
                 if call.done or (placements.has_room(call.inline) and self._place(call)):
                     queue.pop(call)  # placed, or its caller gave up while it waited
                     progress = True
-        placements.reserve()
+        # A round that changed nothing leaves its snapshot of the heads current: no second one needed.
+        placements.reserve(placements.apart_waiting(heads) if queue else False)
 
     def _send_attempt(self, call: Call, worker: Placement) -> None:
         handle, key, now = call.handle, (call.handle.kind, call.handle.sha256), time.monotonic()

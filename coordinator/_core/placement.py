@@ -181,7 +181,7 @@ class Placements:
         """While a suspect's call (or an offender's, given two workers or more) waits, keep one worker
         (the least busy) draining for it.  ``None``: look at the queue's heads."""
         if suspect_waiting is None:
-            suspect_waiting = self._apart_waiting()
+            suspect_waiting = self.apart_waiting(self._queue.head_list() if self._queue else [])
         reserved = [w for w in self.active if w.reserved]
         if not suspect_waiting:
             for worker in reserved:
@@ -191,8 +191,9 @@ class Placements:
         ):
             min(candidates, key=lambda w: len(w.attempts)).reserved = True
 
-    def _apart_waiting(self) -> bool:
-        if self._queue is None or not self._queue:
+    def apart_waiting(self, heads: list[Call]) -> bool:
+        """Whether one of ``heads`` (the queue's, as ``FairQueue.head_list`` gives them) must run apart."""
+        if not heads:
             return False
         now, several = time.monotonic(), len(self.active) > 1
-        return any(c.alone or (several and self._offender(c.tenant, now)) for c in self._queue.heads())
+        return any(c.alone or (several and self._offender(c.tenant, now)) for c in heads)

@@ -34,14 +34,15 @@ class _Breaker:
     def __init__(self, threshold: int, window: float, duration: float) -> None:
         self._threshold, self._window, self._duration = threshold, window, duration
         self._strikes: dict[object, deque[float]] = {}
-        self._until: dict[object, tuple[float, str]] = {}
+        self.until: dict[object, tuple[float, str]] = {}
+        """Quarantines by key: (until, cause); an expired one stays until ``check`` or ``prune``."""
 
     def strike(self, key: object, now: float, cause: str) -> bool:
         strikes = self._strikes.setdefault(key, deque())
         strikes.append(now)
         self._expire(key, strikes, now)
         if len(strikes) >= self._threshold:
-            self._until[key] = (now + self._duration, cause)
+            self.until[key] = (now + self._duration, cause)
             del self._strikes[key]
             return True
         return False
@@ -53,22 +54,22 @@ class _Breaker:
             self._strikes.pop(key, None)
 
     def check(self, key: object, now: float) -> tuple[float, str] | None:
-        entry = self._until.get(key)
+        entry = self.until.get(key)
         if entry is None:
             return None
         if entry[0] <= now:
-            del self._until[key]
+            del self.until[key]
             return None
         return entry
 
     def prune(self, now: float) -> None:
         for key, strikes in list(self._strikes.items()):
             self._expire(key, strikes, now)
-        for key in list(self._until):
+        for key in list(self.until):
             self.check(key, now)
 
     def __len__(self) -> int:
-        return len(self._until)
+        return len(self.until)
 
 
 class Quarantine:
@@ -91,6 +92,8 @@ class Quarantine:
     def check(self, sha: str, now: float, *, tenant: str = DEFAULT_TENANT) -> tuple[float, str] | None:
         """``(until, last cause)`` while the tenant or its copy of the script is
         quarantined, else ``None``."""
+        if not self._scripts.until and not self._tenants.until:
+            return None  # the common case: asked for every call submitted
         return self._scripts.check((tenant, sha), now) or self._tenants.check(tenant, now)
 
     def offender(self, tenant: str, now: float) -> bool:

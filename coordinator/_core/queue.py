@@ -59,7 +59,11 @@ class FairQueue:
     def heads(self) -> Iterator[Call]:
         """Each tenant's oldest call, in rotation order (the next tenant to serve first); a snapshot, so
         the queue may change while it is iterated."""
-        return iter([fifo[0] for fifo in self._tenants.values() if fifo])
+        return iter(self.head_list())
+
+    def head_list(self) -> list[Call]:
+        """``heads`` as a list (the dispatcher's pump keeps it to decide on reservations too)."""
+        return [fifo[0] for fifo in self._tenants.values() if fifo]
 
     def put_back(self) -> list[Call]:
         """The calls still waiting that were pushed with ``front=True`` (re-runs), oldest push first."""

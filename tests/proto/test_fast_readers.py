@@ -217,3 +217,22 @@ def test_a_plainly_valid_resident_call_is_read_in_one_pass() -> None:
     fields = _plain_call_fields(RESIDENT_CALL_BODY)
     assert fields is not None and fields[-1] == RESIDENT_CALL_BODY["resident"]
     assert Call.from_body(RESIDENT_CALL_BODY) == Call._checked(RESIDENT_CALL_BODY)
+
+
+def test_encode_call_agrees_with_encode_for_every_field_with_every_odd_value() -> None:
+    """``encode_call`` checks its parameters without a body lookup: whatever a field holds, it sends
+    or refuses exactly what ``encode(Call(...))`` does."""
+    names = ["id", "op", "kind", "sha", "fn", "args", "timeout", "tenant", "name", "source", "window"]
+    base = dict(zip(names, (7, "call", "region", SHA, "f", [1], 2.0, "t1", "n.rhai", None, 16), strict=True))
+    for field in names:
+        for value in ODD_VALUES:
+            fields = tuple({**base, field: value}.values())
+            try:
+                expected: Any = encode(Call(*fields))
+            except ProtocolError as refused:
+                expected = (type(refused), str(refused))
+            try:
+                got: Any = encode_call(*fields)
+            except ProtocolError as also_refused:
+                got = (type(also_refused), str(also_refused))
+            assert got == expected, (field, value)
