@@ -155,8 +155,9 @@ impl Lane {
                     ("window", Scalar::Int(w)) if (1..=1024).contains(&w) => {
                         window.replace(w).is_some()
                     }
-                    ("op", Scalar::Str(s)) => op.replace(s).is_some(),
-                    ("kind", Scalar::Str(s)) => kind.replace(s).is_some(),
+                    // Checked as they come (they precede `args`): a provider CALL costs no parse.
+                    ("op", Scalar::Str("call")) => op.replace(()).is_some(),
+                    ("kind", Scalar::Str("region")) => kind.replace(()).is_some(),
                     ("sha", Scalar::Str(s)) => sha.replace(s).is_some(),
                     ("fn", Scalar::Str(s)) => fn_name.replace(s).is_some(),
                     ("tenant", Scalar::Str(s)) => tenant.replace(s).is_some(),
@@ -168,10 +169,7 @@ impl Lane {
                 return None; // a repeated key, or a field the lane leaves to the Python path
             }
         }
-        if !(r.at_end() && name && source && window.is_some())
-            || op != Some("call")
-            || kind != Some("region")
-        {
+        if !(r.at_end() && name && source && window.is_some() && op.is_some() && kind.is_some()) {
             return None;
         }
         let args = args?;
