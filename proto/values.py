@@ -277,6 +277,9 @@ def _unpack_flat(data: bytes | memoryview) -> Any:
     return _rebuild(nodes)
 
 
+_unpackb: Final = msgpack.unpackb
+
+
 def unpack(data: bytes | memoryview) -> Any:
     """Decode one complete msgpack value; any defect becomes a ``ProtocolError``."""
     if len(data) > MAX_BODY_BYTES:
@@ -284,7 +287,13 @@ def unpack(data: bytes | memoryview) -> Any:
     try:
         if len(data) and data[0] in _EXT_HEADERS:
             return _unpack_flat(data)
-        return msgpack.unpackb(data, object_hook=_string_keys, ext_hook=_no_ext, **_UNPACK_OPTIONS)
+        # ``_UNPACK_OPTIONS`` spelt out: a literal keyword call builds and spreads no dict per message
+        # (tests/proto/test_values_options.py holds the two to the same outcomes)
+        return _unpackb(
+            data, object_hook=_string_keys, ext_hook=_no_ext, raw=False, strict_map_key=True, use_list=True,
+            max_str_len=MAX_BODY_BYTES, max_bin_len=MAX_BODY_BYTES, max_array_len=MAX_CONTAINER_LEN,
+            max_map_len=MAX_CONTAINER_LEN, max_ext_len=0,
+        )  # fmt: skip
     except MalformedMessage:
         raise
     except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException) as exc:
