@@ -153,6 +153,15 @@ def _ascending_ids(drop: list[Any]) -> bool:
 
 def _plain_result(cls: type[Result], body: Mapping[str, Any]) -> Result | None:
     """A RESULT body whose every field is plainly valid, in one pass; ``None`` when in any doubt."""
+    fields = _plain_result_fields(body)
+    return None if fields is None else cls(*fields)
+
+
+_ResultFields = tuple[int, Any, float, float, int, int, list[str]]
+
+
+def _plain_result_fields(body: Mapping[str, Any]) -> _ResultFields | None:
+    """``_plain_result``'s fields in ``Result``'s order, not built into one (``proto.frames.PlainResult``)."""
     get = body.get
     ident, wall, cpu, peak_rss, ops, output = (
         get("id"), get("wall"), get("cpu"), get("peak_rss"), get("ops"), get("output")
@@ -165,7 +174,7 @@ def _plain_result(cls: type[Result], body: Mapping[str, Any]) -> Result | None:
         and "value" in body
     ):  # fmt: skip
         return None
-    return cls(ident, body["value"], wall, cpu, peak_rss, ops, output)
+    return (ident, body["value"], wall, cpu, peak_rss, ops, output)
 
 
 def call_body(

@@ -58,6 +58,7 @@ from proto import (
     Result,
     encode_call,
 )
+from proto.frames import PlainResult
 
 __all__ = ["Dispatcher"]
 
@@ -253,11 +254,12 @@ class Dispatcher(Events):
 
     def on_message(self, process: WorkerProcess, message: Any) -> None:
         worker = self.placements.get(process)
-        if isinstance(message, ProtocolError) or type(message).COMMAND not in FROM_WORKER:
+        plain = type(message) is PlainResult  # a plainly valid RESULT, read on the transport's hot path
+        if not plain and (isinstance(message, ProtocolError) or type(message).COMMAND not in FROM_WORKER):
             self.violation(process, worker.head if worker else None, message)
         elif worker is None:  # not (or no longer) holding calls: nothing it says concerns one
             self._drop(None, message)
-        elif isinstance(message, (Result, Error)):
+        elif plain or isinstance(message, (Result, Error)):
             self._complete(worker, message)
         elif isinstance(message, Chunk):
             self._on_chunk(worker, message)
@@ -279,7 +281,7 @@ class Dispatcher(Events):
             name, wid = type(message).__name__, worker.id if worker else "?"
             log.warning("worker %s sent %s for call %s it does not hold; dropped", wid, name, message.id)
 
-    def _complete(self, worker: Placement, message: Result | Error) -> None:
+    def _complete(self, worker: Placement, message: Result | PlainResult | Error) -> None:
         attempt = worker.attempts.pop(message.id, None)
         if attempt is None:
             if worker.zombies.pop(message.id, None) is None:

@@ -37,6 +37,7 @@ from coordinator.errors import (
     WorkerLost,
 )
 from proto import Error, ErrorClass, KillReason, Op, Result
+from proto.frames import PlainResult
 
 if TYPE_CHECKING:
     from coordinator._core.calls import Attempt, Call
@@ -73,7 +74,7 @@ def fields(call: Call, worker: Placement | None) -> dict[str, Any]:
     }
 
 
-def from_result(call: Call, worker: Placement, msg: Result) -> CallResult:
+def from_result(call: Call, worker: Placement, msg: Result | PlainResult) -> CallResult:
     return CallResult(
         msg.value, msg.wall, msg.cpu, msg.peak_rss, msg.ops, tuple(msg.output), worker.id, call.retries + 1
     )

@@ -4,7 +4,8 @@ zmq's file descriptor is edge-triggered: it signals "something changed", not
 "readable".  So the reader callback drains until ``EVENTS`` has no POLLIN, and
 every send re-checks ``EVENTS`` (a send can consume the edge that announced a
 pending message).  Frames are decoded here; a defect reaches the handler as a
-``ProtocolError`` instance instead of a message, never as a raised exception.
+``ProtocolError`` instance instead of a message, never as a raised exception, and a
+plainly valid RESULT as a ``proto.frames.PlainResult`` (``Result``'s fields, not built).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Final
 import zmq
 
 from proto import MAX_BODY_BYTES, Message, ProtocolError, decode, encode
+from proto.frames import decode_plain_result
 
 __all__ = ["Router"]
 
@@ -138,10 +140,12 @@ class Router:
 
     def _deliver(self, frames: list[bytes]) -> None:
         identity, rest = frames[0], frames[1:]
-        try:
-            message: Any = decode(rest)
-        except ProtocolError as exc:
-            message = exc
+        message: Any = decode_plain_result(rest)  # most messages: read without the frozen ``Result``
+        if message is None:
+            try:
+                message = decode(rest)
+            except ProtocolError as exc:
+                message = exc
         try:
             self._handler(identity, message)
         except Exception:  # the handler is ours; still, nothing may escape into the event loop
