@@ -30,6 +30,8 @@ _POLLIN: Final = int(zmq.POLLIN)  # plain ints: ``int & zmq.POLLIN`` goes throug
 _SEND: Final = int(zmq.NOBLOCK)
 _SEND_MORE: Final = int(zmq.NOBLOCK | zmq.SNDMORE)
 _RCVMORE: Final = int(zmq.RCVMORE)
+_COPY_BELOW: Final = 65536
+"""A smaller frame is copied into zmq's message (cheaper than tracking the buffer zero-copy)."""
 Handler = Callable[[bytes, Any], None]
 Relay = Callable[[bytes, list[bytes]], bool]
 
@@ -79,12 +81,16 @@ class Router:
         relay = self.relays.get(identity)
         if relay is not None:
             return relay(identity, frames)
-        send = self._send_frame
+        send, last = self._send_frame, frames[-1]
         try:  # frame by frame, as send_multipart does, without its per-call Python checks
             send(identity, _SEND_MORE)
-            for frame in frames[:-1]:
-                send(frame, _SEND_MORE)
-            send(frames[-1], _SEND, copy=len(frames[-1]) <= 65536)
+            if len(frames) > 1:
+                for frame in frames[:-1]:
+                    send(frame, _SEND_MORE)
+            if len(last) <= _COPY_BELOW:
+                send(last, _SEND)
+            else:
+                send(last, _SEND, copy=False)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (ROUTER_MANDATORY) or EAGAIN
             self.undeliverable += 1
             log.debug("cannot deliver to %s: %s", identity.hex(), exc)
@@ -115,13 +121,15 @@ class Router:
     def _drain(self) -> None:
         sock = self._sock
         get, recv = sock.get, sock.recv
-        for _ in range(_BATCH):
-            try:  # EVENTS first: an empty receive's zmq.Again costs twice the check
-                if sock.closed or not int(get(_EVENTS)) & _POLLIN:
+        for n in range(_BATCH):
+            try:
+                # EVENTS before every receive but the first: a wake-up of the socket's descriptor
+                # nearly always brings a message (an empty receive's zmq.Again costs about two checks)
+                if sock.closed or (n and not int(get(_EVENTS)) & _POLLIN):
                     return
                 # recv_multipart's loop without its per-frame Python overhead; a ROUTER message is its
                 # sender's identity and at least one more frame, so RCVMORE is asked only after that
-                frames = [recv(_SEND), recv(_SEND)]
+                identity, frames = recv(_SEND), [recv(_SEND)]
                 while get(_RCVMORE):
                     frames.append(recv(_SEND))
             except zmq.Again:
@@ -130,20 +138,19 @@ class Router:
                 log.error("ROUTER receive failed: %s", exc)
                 return
             self.received += 1
-            self._deliver(frames)
+            self._deliver(identity, frames)
         self._schedule()  # more may be waiting: yield to the loop, then continue
 
     def deliver(self, identity: bytes, frames: list[bytes]) -> None:
         """Frames of a relayed worker (a node's link received them): decoded and handled as if local."""
         self.received += 1
-        self._deliver([identity, *frames])
+        self._deliver(identity, frames)
 
-    def _deliver(self, frames: list[bytes]) -> None:
-        identity, rest = frames[0], frames[1:]
-        message: Any = decode_plain_result(rest)  # most messages: read without the frozen ``Result``
+    def _deliver(self, identity: bytes, frames: list[bytes]) -> None:
+        message: Any = decode_plain_result(frames)  # most messages: read without the frozen ``Result``
         if message is None:
             try:
-                message = decode(rest)
+                message = decode(frames)
             except ProtocolError as exc:
                 message = exc
         try:
