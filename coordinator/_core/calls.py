@@ -8,6 +8,7 @@ A call is finished exactly once, by ``Call.finish``; later outcomes are ignored
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import weakref
 from collections import deque
@@ -270,6 +271,9 @@ class Call:
     settle: Callable[[Call], None] | None = None
     """Whoever keeps the books of calls (the dispatcher): told once ``future`` is done, through
     ``on_done``, or directly by the dispatcher as the answer arrives (``on_done`` then taken back)."""
+    context: contextvars.Context | None = None
+    """The caller's context when the call was submitted: its books are settled (and observers
+    told, e.g. a service's per-request log fields) in it, where its done callback would run."""
     inline: bool = field(init=False)
     """Region calls and loads run on the worker's loop thread, one at a time.  Set once (``op`` and
     ``handle`` never change): placement and the dispatcher ask it several times per call."""

@@ -22,6 +22,7 @@ shares one loop timer (``coordinator.timers``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import time
@@ -115,7 +116,8 @@ class Dispatcher(Events):
         self.inflight[call.id] = call
         self._admission.admitted(call)
         call.settle = self._settle
-        call.future.add_done_callback(call.on_done)
+        call.context = contextvars.copy_context()
+        call.future.add_done_callback(call.on_done, context=call.context)
         if self._queue or not self._place(call):
             self._queue.push(call)
 
@@ -139,7 +141,13 @@ class Dispatcher(Events):
         call.attempt = None
 
     def _place(self, call: Call) -> bool:
-        """Send ``call`` to the best worker still alive; ``False`` if none can take it now."""
+        """Send ``call`` to the best worker still alive; ``False`` if none can take it now.
+
+        A re-run (sent before: it has a deadline) whose timeout ran out while it waited ends here
+        instead: a worker that came up before the ticker looked must not run it."""
+        if call.deadline is not None and call.time_left(time.monotonic()) <= 0:
+            call.finish(outcomes.out_of_time(call, None))
+            return True
         while (worker := self.placements.pick(call)) is not None:
             if self.supervisor.alive(worker.process):
                 self._send_attempt(call, worker)
@@ -307,8 +315,12 @@ class Dispatcher(Events):
             settled_here = self._answer(call, outcomes.from_result(call, worker, message))
         self.supervisor.call_ended(worker.process)
         self.pump()
-        if settled_here:
-            self._settled(call)  # where its done callback would have run: after this answer's pump
+        if settled_here:  # as its done callback would have: after this answer's pump, in its caller's context
+            context = call.context
+            if context is None:
+                self._settled(call)
+            else:
+                context.run(self._settled, call)
 
     @staticmethod
     def _answer(call: Call, outcome: CallResult | BaseException) -> bool:

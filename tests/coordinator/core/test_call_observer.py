@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 
 from pool_support import SCRIPT, run
 
@@ -90,3 +91,29 @@ def test_a_calls_books_are_settled_once_before_its_caller_resumes() -> None:
     heard = run(main())
     assert len({e.call_id for e in heard}) == 23
     assert [e.function for e in heard if e.result is None] == ["sleepy"]
+
+
+def test_observers_run_in_each_callers_context() -> None:
+    """A host tags its observer's records with what its caller set (a service's request id):
+    every call's end is told in its own caller's context, whichever call's answer came first."""
+    request: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
+
+    async def main() -> list[tuple[int, str]]:
+        heard: list[tuple[int, str]] = []
+        async with Pool(workers=2, spares=0) as pool:
+            pool.observe(lambda ended: heard.append((ended.call_id, request.get())))
+            h = await pool.load(SCRIPT, name="ctx.rhai")
+
+            async def tagged(tag: str, seconds: float) -> None:
+                request.set(tag)
+                await pool.call(h, "sleepy", seconds, tag)
+
+            await asyncio.gather(tagged("slow", 0.2), tagged("fast", 0.0), tagged("mid", 0.1))
+            with contextlib.suppress(ScriptError):
+                request.set("failing")
+                await pool.call(h, "oops")
+        return heard
+
+    tags = [tag for _, tag in run(main())]
+    assert tags[0] == "none"  # the load, from the main task
+    assert sorted(tags[1:4]) == ["fast", "mid", "slow"] and tags[4] == "failing"
