@@ -487,3 +487,35 @@ def test_a_stream_bigger_than_the_journal_bound_is_delivered_whole_but_not_kept(
                 assert host.sent and journal.entries == [] and api.hits("/big/sse") == 1
 
     run(scenario())
+
+
+def test_a_rerun_whose_timeout_ran_out_is_not_sent_to_a_worker_that_comes_up_before_the_ticker_looks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same, with the pool's ticker slowed down: the replacement comes up after the timeout ran
+    out but before any tick could drop the waiting re-run; placing it must end it instead."""
+    monkeypatch.setattr("coordinator._core.pool._TICK", 2.0)
+
+    async def scenario() -> None:
+        async with Pool(workers=1, spares=0) as pool:
+            handle = await pool.load(SCRIPT, name="s.rhai")
+            sent: list[str] = []
+            send_frames = pool._router.send_frames
+
+            def counting(identity: bytes, frames: list[bytes]) -> bool:
+                message = decode(frames)
+                if isinstance(message, CallMessage):
+                    sent.append(message.fn)
+                return send_frames(identity, frames)
+
+            pool._router.send_frames = counting  # type: ignore[method-assign]
+            task = asyncio.ensure_future(pool.call(handle, "sleepy", 30, "late", timeout=0.6))
+            pid = await running_pid(pool, "sleepy")
+            await asyncio.sleep(0.55)
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(ScriptTimeout, match="deadline"):
+                await task
+            assert sent == ["sleepy"]
+            assert await pool.call(handle, "add", 1, 2) == 3
+
+    run(scenario())
