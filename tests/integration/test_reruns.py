@@ -371,8 +371,9 @@ def test_a_call_survives_the_loss_of_every_worker_at_once() -> None:
     run(scenario())
 
 
-def test_a_rerun_still_waiting_for_a_worker_when_its_timeout_ends_is_never_sent() -> None:
-    """No spare: the re-run waits for a cold start, which outlasts what is left of the timeout."""
+def _rerun_left_waiting(timeout: float, kill_after: float) -> None:
+    """One worker and no spare: the worker running a call dies ``timeout - kill_after`` seconds before
+    the call's timeout ends, so its re-run waits for a cold start that outlasts what is left."""
 
     async def scenario() -> None:
         async with Pool(workers=1, spares=0) as pool:
@@ -387,9 +388,9 @@ def test_a_rerun_still_waiting_for_a_worker_when_its_timeout_ends_is_never_sent(
                 return send_frames(identity, frames)
 
             pool._router.send_frames = counting  # type: ignore[method-assign]
-            task = asyncio.ensure_future(pool.call(handle, "sleepy", 30, "late", timeout=1.0))
+            task = asyncio.ensure_future(pool.call(handle, "sleepy", 30, "late", timeout=timeout))
             pid = await running_pid(pool, "sleepy")
-            await asyncio.sleep(0.95)
+            await asyncio.sleep(kill_after)
             os.kill(pid, signal.SIGKILL)
             with pytest.raises(ScriptTimeout, match="deadline"):
                 await task
@@ -397,6 +398,20 @@ def test_a_rerun_still_waiting_for_a_worker_when_its_timeout_ends_is_never_sent(
             assert await pool.call(handle, "add", 1, 2) == 3
 
     run(scenario())
+
+
+def test_a_rerun_still_waiting_for_a_worker_when_its_timeout_ends_is_never_sent() -> None:
+    """No spare: the re-run waits for a cold start, which outlasts what is left of the timeout."""
+    _rerun_left_waiting(1.0, 0.95)
+
+
+def test_a_rerun_whose_timeout_ran_out_is_not_sent_to_a_worker_that_comes_up_before_the_ticker_looks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same, with the pool's ticker slowed down: the replacement comes up after the timeout ran
+    out but before any tick could drop the waiting re-run; placing it must end it instead."""
+    monkeypatch.setattr("coordinator._core.pool._TICK", 2.0)
+    _rerun_left_waiting(0.6, 0.55)
 
 
 STAMPING_PROVIDER = """
@@ -485,37 +500,5 @@ def test_a_stream_bigger_than_the_journal_bound_is_delivered_whole_but_not_kept(
                 assert await pool.call(handle, "streamed", url, host=host, timeout=20) == events
                 journal = host.host.journal
                 assert host.sent and journal.entries == [] and api.hits("/big/sse") == 1
-
-    run(scenario())
-
-
-def test_a_rerun_whose_timeout_ran_out_is_not_sent_to_a_worker_that_comes_up_before_the_ticker_looks(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The same, with the pool's ticker slowed down: the replacement comes up after the timeout ran
-    out but before any tick could drop the waiting re-run; placing it must end it instead."""
-    monkeypatch.setattr("coordinator._core.pool._TICK", 2.0)
-
-    async def scenario() -> None:
-        async with Pool(workers=1, spares=0) as pool:
-            handle = await pool.load(SCRIPT, name="s.rhai")
-            sent: list[str] = []
-            send_frames = pool._router.send_frames
-
-            def counting(identity: bytes, frames: list[bytes]) -> bool:
-                message = decode(frames)
-                if isinstance(message, CallMessage):
-                    sent.append(message.fn)
-                return send_frames(identity, frames)
-
-            pool._router.send_frames = counting  # type: ignore[method-assign]
-            task = asyncio.ensure_future(pool.call(handle, "sleepy", 30, "late", timeout=0.6))
-            pid = await running_pid(pool, "sleepy")
-            await asyncio.sleep(0.55)
-            os.kill(pid, signal.SIGKILL)
-            with pytest.raises(ScriptTimeout, match="deadline"):
-                await task
-            assert sent == ["sleepy"]
-            assert await pool.call(handle, "add", 1, 2) == 3
 
     run(scenario())
