@@ -17,6 +17,10 @@ reads process records, never writes them.  Inline calls (region ``call``, every 
 at a time on a worker's loop thread, up to ``region_pipeline`` queued there, only the head's timer
 running; threaded calls (provider, streams) run up to the worker's capacity at once.  Every deadline
 shares one loop timer (``coordinator.timers``).
+
+Past 400 lines: submission, placement, answers, deadlines and deaths all change the same books (the
+attempt tables, the queue, the placements), and every path that settles a call sits beside the others
+so that "exactly once" can be read in one place.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@
 //! `Script.call` would raise. The frame layout (signature, command bytes, caps) comes from the
 //! caller, `proto` being the one definition of the wire; rhaipool's tests check that the lane's
 //! frames are byte for byte the Python path's.
+//!
+//! Past 400 lines because the CALL reader (every field, and the resident map, checked as the Python
+//! path checks them) and the RESULT writer frame the one call they serve; apart, each would repeat
+//! the other's field list.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
