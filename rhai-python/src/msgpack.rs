@@ -229,60 +229,44 @@ impl Writer {
     }
 
     pub fn map_header(&mut self, n: usize) {
-        self.header(n, 0x80, 0xde);
+        self.length(n, Some((0x80, 16)), None, 0xde);
     }
 
     pub fn array_header(&mut self, n: usize) {
-        self.header(n, 0x90, 0xdc);
-    }
-
-    fn header(&mut self, n: usize, fix: u8, wide: u8) {
-        if let Ok(small) = u8::try_from(n) {
-            if small < 16 {
-                self.out.push(fix | small);
-                return;
-            }
-        }
-        if let Ok(m) = u16::try_from(n) {
-            self.out.push(wide);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else {
-            self.out.push(wide + 1);
-            self.out
-                .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
-        }
+        self.length(n, Some((0x90, 16)), None, 0xdc);
     }
 
     pub fn str(&mut self, s: &str) {
-        let n = s.len();
-        if n < 32 {
-            self.out.push(0xa0 | u8::try_from(n).unwrap_or(0));
-        } else if let Ok(m) = u8::try_from(n) {
-            self.out.extend_from_slice(&[0xd9, m]);
-        } else if let Ok(m) = u16::try_from(n) {
-            self.out.push(0xda);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else {
-            self.out.push(0xdb);
-            self.out
-                .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
-        }
+        self.length(s.len(), Some((0xa0, 32)), Some(0xd9), 0xda);
         self.out.extend_from_slice(s.as_bytes());
     }
 
     fn bin(&mut self, b: &[u8]) {
-        let n = b.len();
-        if let Ok(m) = u8::try_from(n) {
-            self.out.extend_from_slice(&[0xc4, m]);
+        self.length(b.len(), None, Some(0xc4), 0xc5);
+        self.out.extend_from_slice(b);
+    }
+
+    /// A length in msgpack's smallest form: `fix | n` below `fix`'s bound, else the 8-bit form (if
+    /// the type has one), the 16-bit form `code16`, or the 32-bit one (`code16 + 1` in every type).
+    fn length(&mut self, n: usize, fix: Option<(u8, usize)>, code8: Option<u8>, code16: u8) {
+        if let Some((base, below)) = fix {
+            if let Ok(small) = u8::try_from(n) {
+                if n < below {
+                    self.out.push(base | small);
+                    return;
+                }
+            }
+        }
+        if let (Some(code), Ok(m)) = (code8, u8::try_from(n)) {
+            self.out.extend_from_slice(&[code, m]);
         } else if let Ok(m) = u16::try_from(n) {
-            self.out.push(0xc5);
+            self.out.push(code16);
             self.out.extend_from_slice(&m.to_be_bytes());
         } else {
-            self.out.push(0xc6);
+            self.out.push(code16 + 1);
             self.out
                 .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
         }
-        self.out.extend_from_slice(b);
     }
 
     /// msgpack-python's choice: unsigned formats for non-negative ints, signed for negative ones.
