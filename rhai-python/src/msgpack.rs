@@ -99,29 +99,28 @@ impl<'a> Reader<'a> {
 
     /// A map header: its number of entries.
     pub fn map_len(&mut self) -> Option<usize> {
-        let n = match self.byte()? {
-            b @ 0x80..=0x8f => usize::from(b & 0x0f),
-            0xde => usize::try_from(self.be(2)?).ok()?,
-            0xdf => usize::try_from(self.be(4)?).ok()?,
-            _ => return None,
-        };
-        (n <= self.caps.container).then_some(n)
-    }
-
-    fn array_len(&mut self, b: u8) -> Option<usize> {
-        let n = match b {
-            0x90..=0x9f => usize::from(b & 0x0f),
-            0xdc => usize::try_from(self.be(2)?).ok()?,
-            0xdd => usize::try_from(self.be(4)?).ok()?,
-            _ => return None,
-        };
-        (n <= self.caps.container).then_some(n)
+        self.container_len(0x80, 0xde)
     }
 
     /// An array header: its number of elements.
     pub fn array_header(&mut self) -> Option<usize> {
+        self.container_len(0x90, 0xdc)
+    }
+
+    /// A container header whose fix form starts at `fix` and whose 16-bit form is `code16` (the
+    /// 32-bit one `code16 + 1`); `None` past the cap.
+    fn container_len(&mut self, fix: u8, code16: u8) -> Option<usize> {
         let b = self.byte()?;
-        self.array_len(b)
+        let n = if b & 0xf0 == fix {
+            usize::from(b & 0x0f)
+        } else if b == code16 {
+            usize::try_from(self.be(2)?).ok()?
+        } else if b == code16 + 1 {
+            usize::try_from(self.be(4)?).ok()?
+        } else {
+            return None;
+        };
+        (n <= self.caps.container).then_some(n)
     }
 
     /// A string, int, float or nil field; `Other` for anything else (consumed only if scalar).
