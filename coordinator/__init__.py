@@ -6,9 +6,9 @@ the config classes and the error tree of ``coordinator.errors``.
 """
 
 from coordinator._core.calls import CallResult, CallStream, HostHandler, InvalidChunk
-from coordinator._core.config import Deadlines, Limits, PoolConfig, Recycling, RetryPolicy
+from coordinator._core.config import Deadlines, Limits, PoolConfig, Recycling, RetryPolicy, TenantQuotas
 from coordinator._core.handles import ScriptHandle
-from coordinator._core.pool import Pool, PoolStatistics, WorkerInfo
+from coordinator._core.pool import Pool, PoolStatistics, TenantUsage, WorkerInfo
 from coordinator._core.sync import SyncPool
 from coordinator.errors import (
     CallFailed,
@@ -71,6 +71,8 @@ __all__ = [
     "ScriptQuotaExceeded",
     "ScriptTimeout",
     "SyncPool",
+    "TenantQuotas",
+    "TenantUsage",
     "TooManyCallsInFlight",
     "TooManyCallsQueued",
     "WorkerCrashed",

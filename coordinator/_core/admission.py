@@ -3,8 +3,9 @@
 Checked once, when a call is submitted, before it can queue or run; each refusal is its own typed
 error (``coordinator.errors``), so a caller can tell "your script keeps crashing" from "you have too
 many calls out" from "you used your CPU for this minute".  What a tenant may hold *at workers* at
-once (``tenant_max_inflight``, the fair share) is a placement rule instead: those calls wait their
-turn rather than fail (``coordinator._core.placement``).
+once (``max_inflight``, the fair share) is a placement rule instead: those calls wait their turn
+rather than fail (``coordinator._core.placement``).  Each tenant's quotas come from the pool's
+``QuotaTable`` (``Pool.set_tenant_quotas``), read afresh for each call.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from coordinator._core import outcomes
-from coordinator._core.quotas import CpuLedger
+from coordinator._core.quotas import CpuLedger, QuotaTable
 from coordinator.errors import (
     Quarantined,
     QuotaExceeded,
@@ -23,7 +24,6 @@ from coordinator.errors import (
 
 if TYPE_CHECKING:
     from coordinator._core.calls import Call
-    from coordinator._core.config import PoolConfig
     from coordinator._core.quarantine import Quarantine
     from coordinator.errors import CallFailed
 
@@ -33,9 +33,9 @@ __all__ = ["Admission"]
 class Admission:
     """Per-tenant admission: quarantine, calls in flight, calls queued, CPU-seconds per minute."""
 
-    def __init__(self, config: PoolConfig, quarantine: Quarantine) -> None:
-        self._config, self._quarantine = config, quarantine
-        self.cpu = CpuLedger(config.tenant_cpu_seconds_per_minute)
+    def __init__(self, quotas: QuotaTable, quarantine: Quarantine) -> None:
+        self._quotas, self._quarantine = quotas, quarantine
+        self.cpu = CpuLedger(quotas)
         self._outstanding: dict[str, int] = {}
         """Calls of each tenant accepted and not yet settled (queued or at a worker)."""
 
@@ -55,19 +55,24 @@ class Admission:
             self.cpu.check(tenant, now)
         except QuotaExceeded as refused:
             return refused
-        outstanding, config = self._outstanding.get(tenant, 0), self._config
-        if config.tenant_max_calls is not None and outstanding >= config.tenant_max_calls:
+        outstanding, quotas = self._outstanding.get(tenant, 0), self._quotas.of(tenant)
+        cap = quotas.max_calls
+        if cap is not None and outstanding >= cap:
             return TooManyCallsInFlight(
-                f"{outstanding} calls unfinished (quota {config.tenant_max_calls})",
-                tenant=tenant, quota="calls_in_flight", limit=config.tenant_max_calls,
+                f"{outstanding} calls unfinished (max_calls quota {cap})",
+                tenant=tenant, quota="calls_in_flight", limit=cap,
             )  # fmt: skip
-        queued = outstanding - placed
-        if config.tenant_max_queued is not None and queued >= config.tenant_max_queued:
+        queued, cap = outstanding - placed, quotas.max_queued
+        if cap is not None and queued >= cap:
             return TooManyCallsQueued(
-                f"{queued} calls waiting for a worker (quota {config.tenant_max_queued})",
-                tenant=tenant, quota="calls_queued", limit=config.tenant_max_queued,
+                f"{queued} calls waiting for a worker (max_queued quota {cap})",
+                tenant=tenant, quota="calls_queued", limit=cap,
             )  # fmt: skip
         return None
+
+    def outstanding(self, tenant: str) -> int:
+        """``tenant``'s calls accepted and not yet settled (queued or at a worker)."""
+        return self._outstanding.get(tenant, 0)
 
     def admitted(self, call: Call) -> None:
         self._outstanding[call.tenant] = self._outstanding.get(call.tenant, 0) + 1
@@ -79,7 +84,7 @@ class Admission:
             self._outstanding.pop(call.tenant, None)
         else:
             self._outstanding[call.tenant] = left
-        if self.cpu.budgeted:
+        if self.cpu.budgeted(call.tenant):
             self.cpu.charge(call.tenant, self._cost(call), now)
 
     @staticmethod

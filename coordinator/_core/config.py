@@ -26,6 +26,7 @@ __all__ = [
     "PoolConfig",
     "Recycling",
     "RetryPolicy",
+    "TenantQuotas",
 ]
 
 DEFAULT_MEMORY_BYTES: Final = 2 << 30
@@ -100,6 +101,39 @@ class RetryPolicy:
     tenant; ``None``: twice ``strikes``.  Editing a script changes its hash, not its tenant."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantQuotas:
+    """One tenant's quotas (``None``: no cap); ``Pool.set_tenant_quotas`` sets them per tenant, live.
+
+    The names are the service's config keys (``[serve.tenant_defaults]``, ``[tenants.<id>]``); the
+    defaults are an unconfigured pool's, and ``PoolConfig``'s ``tenant_*`` fields are the initial default.
+    """
+
+    max_calls: int | None = None
+    """Unfinished calls (queued + running); beyond, ``TooManyCallsInFlight``."""
+    max_inflight: int | None = None
+    """Calls placed at workers at once; over it, further calls wait their turn in the queue."""
+    max_queued: int | None = None
+    """Calls waiting for a worker; beyond, ``TooManyCallsQueued``."""
+    cpu_seconds_per_minute: float | None = None
+    """CPU-seconds used per sliding minute; beyond, ``CpuQuotaExceeded``."""
+    max_loaded_scripts: int | None = DEFAULT_TENANT_MAX_SCRIPTS
+    """Scripts held loaded; a load beyond forgets the least recently loaded one with no call running,
+    or fails with ``ScriptQuotaExceeded``."""
+    max_loaded_script_bytes: int | None = DEFAULT_TENANT_MAX_SCRIPT_BYTES
+    """Source bytes held loaded (the same rule as ``max_loaded_scripts``)."""
+
+    def __post_init__(self) -> None:
+        counts = ("max_calls", "max_inflight", "max_queued", "max_loaded_scripts", "max_loaded_script_bytes")
+        for name in counts:
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 0):
+                raise ValueError(f"{name} must be a whole number of at least 0 (or unset), not {value!r}")
+        cpu = self.cpu_seconds_per_minute
+        if cpu is not None and (type(cpu) not in (int, float) or not 0 <= cpu < float("inf")):
+            raise ValueError(f"cpu_seconds_per_minute must be a number of at least 0 (or unset), not {cpu!r}")
+
+
 def _cpu_count() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
@@ -160,6 +194,18 @@ class PoolConfig:
     deadlines: Deadlines = field(default_factory=Deadlines)
     recycling: Recycling = field(default_factory=Recycling)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def tenant_quotas(self) -> TenantQuotas:
+        """The quotas every tenant starts with, from the ``tenant_*`` fields."""
+        return TenantQuotas(
+            max_calls=self.tenant_max_calls,
+            max_inflight=self.tenant_max_inflight,
+            max_queued=self.tenant_max_queued,
+            cpu_seconds_per_minute=self.tenant_cpu_seconds_per_minute,
+            max_loaded_scripts=self.tenant_max_scripts,
+            max_loaded_script_bytes=self.tenant_max_script_bytes,
+        )
 
     @property
     def worker_count(self) -> int:

@@ -42,6 +42,7 @@ from coordinator._core.isolation import Suspects
 from coordinator._core.placement import Placements
 from coordinator._core.quarantine import Quarantine
 from coordinator._core.queue import FairQueue
+from coordinator._core.quotas import QuotaTable
 from coordinator._core.streambudget import StreamBudget, chunk_bytes
 from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
@@ -74,7 +75,12 @@ class Dispatcher(Events):
     """The call state machine; see the module docstring for the flow."""
 
     def __init__(
-        self, config: PoolConfig, router: Router, spawn: Spawn, supervise: Callable[[Events], Supervisor]
+        self,
+        config: PoolConfig,
+        router: Router,
+        spawn: Spawn,
+        supervise: Callable[[Events], Supervisor],
+        quotas: QuotaTable,
     ) -> None:
         self._config, self._router = config, router
         self._loop = asyncio.get_running_loop()
@@ -85,8 +91,8 @@ class Dispatcher(Events):
         self._wire_ids = itertools.count(1)
         self._deadlines: Deadlines[Attempt] = Deadlines(self._deadline_passed)
         self.streams = StreamBudget(config.stream_buffer_bytes, config.stream_window)
-        self.placements = Placements(config, self._queue, self._quarantine)
-        self._admission = Admission(config, self._quarantine)
+        self.placements = Placements(config, quotas, self._queue, self._quarantine)
+        self.admission = self._admission = Admission(quotas, self._quarantine)
         self.supervisor = supervise(self)
         self.closing = False
         self.inflight: dict[int, Call] = {}

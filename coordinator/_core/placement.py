@@ -12,7 +12,8 @@ other tenant's call is placed beside it, so its next crash costs nobody else; wh
 one worker is reserved for it too (only when there are two or more: a one-worker pool keeps serving
 the others, and the offender waits for the worker to empty).  While other tenants have calls
 waiting, a tenant already holding its fair share of the workers' slots (slots / tenants present)
-gets no new placement (``tenant_fair_share``); ``tenant_max_inflight`` is a fixed cap on top.
+gets no new placement (``tenant_fair_share``); each tenant's ``max_inflight`` (``QuotaTable``) is a
+fixed cap on top.
 A tenant with dedicated workers (``coordinator._core.dedicated``) runs on those only, and nobody
 else runs there.
 """
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from coordinator._core.config import PoolConfig
     from coordinator._core.quarantine import Quarantine
     from coordinator._core.queue import FairQueue
+    from coordinator._core.quotas import QuotaTable
 
 __all__ = ["Placements"]
 
@@ -40,14 +42,18 @@ class Placements:
     """Placement records by worker identity, the ACTIVE ones in order, and attempts per tenant."""
 
     def __init__(
-        self, config: PoolConfig, queue: FairQueue | None = None, quarantine: Quarantine | None = None
+        self,
+        config: PoolConfig,
+        quotas: QuotaTable,
+        queue: FairQueue | None = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
-        self._config, self._queue, self._quarantine = config, queue, quarantine
+        self._config, self._quotas, self._queue, self._quarantine = config, quotas, queue, quarantine
         self._by_identity: dict[bytes, Placement] = {}
         self.owners = Owners(config.dedicated_workers, config.worker_count, config.dedicated_node_groups)
         self.active: list[Placement] = []
         self.per_tenant: dict[str, int] = {}
-        """Attempts at workers per tenant (``tenant_max_inflight``); a tenant holding none is absent.
+        """Attempts at workers per tenant (``max_inflight``); a tenant holding none is absent.
         A plain dict: ``Counter``'s ``__missing__`` and ``__delitem__`` are Python, on every call."""
 
     def get(self, process: WorkerProcess) -> Placement | None:
@@ -134,8 +140,8 @@ class Placements:
         return any(worker.threaded < worker.process.capacity for worker in self.active)
 
     def _capped(self, tenant: str) -> bool:
-        """At ``tenant_max_inflight``, or (while others wait) at its fair share."""
-        held, cap = self.per_tenant.get(tenant, 0), self._config.tenant_max_inflight
+        """At its ``max_inflight``, or (while others wait) at its fair share."""
+        held, cap = self.per_tenant.get(tenant, 0), self._quotas.of(tenant).max_inflight
         if cap is not None and held >= cap:
             return True
         return self._config.tenant_fair_share and held >= self._fair_share(tenant)
@@ -144,19 +150,19 @@ class Placements:
         """Slots / tenants present, while another tenant that could be placed has a call waiting."""
         if self._queue is None or not self._queue:
             return math.inf
-        cap, queued = self._config.tenant_max_inflight, self._queue.tenants()
+        queued = self._queue.tenants()
         if len(queued) == 1 and tenant in queued:
             return math.inf  # only this tenant waits
-        waiting = (
-            queued - {tenant}
-            if cap is None
-            else {t for t in queued if t != tenant and self.per_tenant.get(t, 0) < cap}
-        )
+        waiting = {t for t in queued if t != tenant and not self._at_cap(t)}
         if not waiting:
             return math.inf
         present = len(waiting | self.per_tenant.keys() | {tenant})
         slots = sum(w.process.capacity + self._config.region_pipeline for w in self.active)
         return max(1, slots // present)
+
+    def _at_cap(self, tenant: str) -> bool:
+        cap = self._quotas.of(tenant).max_inflight
+        return cap is not None and self.per_tenant.get(tenant, 0) >= cap
 
     def _owner_of(self, tenant: str) -> str | None:
         """The owner a worker must have to take ``tenant``'s call: the tenant itself, or nobody."""

@@ -27,25 +27,25 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
 from coordinator._core import outcomes
 from coordinator._core.calls import Call, CallEnded, CallResult, CallStream, HostHandler, Observers, Resident
-from coordinator._core.config import PoolConfig
+from coordinator._core.config import PoolConfig, TenantQuotas
 from coordinator._core.dispatcher import Dispatcher
 from coordinator._core.fleet import Fleet
 from coordinator._core.handles import ScriptHandle, sha256_of
-from coordinator._core.quotas import ScriptBook
+from coordinator._core.quotas import QuotaTable, ScriptBook
 from coordinator._core.supervisor import Events, Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.workers import WorkerProcess, WorkerState
 from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from proto import Goodbye, Heartbeat, KillReason, Kind, Op, Ready, Shutdown
 
-__all__ = ["Pool", "PoolStatistics", "WorkerInfo"]
+__all__ = ["Pool", "PoolStatistics", "TenantUsage", "WorkerInfo"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,28 @@ class PoolStatistics:
     """Calls held by workers now, per tenant (tenants with none are left out)."""
 
 
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """One tenant's use of its quotas now, beside the quotas themselves (``Pool.tenant_usage``)."""
+
+    tenant: str
+    quotas: TenantQuotas
+    """The quotas that apply to the tenant now (its own, or the default)."""
+    calls: int
+    """Unfinished calls, queued or at workers (``max_calls``)."""
+    queued: int
+    """Calls waiting for a worker (``max_queued``)."""
+    inflight: int
+    """Calls placed at workers (``max_inflight``)."""
+    cpu_seconds: float | None
+    """CPU-seconds charged in the last minute (``cpu_seconds_per_minute``); ``None`` without that
+    quota: nothing is measured then."""
+    loaded_scripts: int
+    """Scripts held loaded (``max_loaded_scripts``)."""
+    loaded_script_bytes: int
+    """Their source bytes (``max_loaded_script_bytes``)."""
+
+
 class Pool:
     """Sandboxed Rhai workers behind one asyncio API.  Use as ``async with Pool(...) as pool``."""
 
@@ -105,12 +127,8 @@ class Pool:
         self.config = config if config is not None else PoolConfig(**options)
         self._nodes = nodes
         self._ids = itertools.count(1)
-        c = self.config
-        self._scripts = ScriptBook(
-            max_scripts=c.tenant_max_scripts,
-            max_bytes=c.tenant_max_script_bytes,
-            cache_bytes=c.script_cache_bytes,
-        )
+        self._quotas = QuotaTable(self.config.tenant_quotas)
+        self._scripts = ScriptBook(self._quotas, cache_bytes=self.config.script_cache_bytes)
         self._tasks: asyncio.TaskGroup | None = None
         self._observers = Observers()
         self._closed = False
@@ -122,7 +140,7 @@ class Pool:
         self._router = Router(self.endpoint, self._inbox)
         self._tasks = asyncio.TaskGroup()
         await self._tasks.__aenter__()
-        self._dispatcher = Dispatcher(self.config, self._router, self._spawn, self._supervise)
+        self._dispatcher = Dispatcher(self.config, self._router, self._spawn, self._supervise, self._quotas)
         self._supervisor = self._dispatcher.supervisor
         self._dispatcher.observers = self._observers
         self._router.start(asyncio.get_running_loop())
@@ -308,6 +326,37 @@ class Pool:
         call.resident = resident
         self._dispatcher.submit(call)
         return call
+
+    # -- quotas ----------------------------------------------------------------
+    def set_tenant_quotas(self, default: TenantQuotas, per_tenant: Mapping[str, TenantQuotas]) -> None:
+        """From now on ``per_tenant[t]`` applies to tenant ``t`` and ``default`` to every other tenant.
+
+        Replaces the whole table (a tenant left out of ``per_tenant`` gets ``default`` again).  It
+        applies to the next admission, placement and load: calls already running are not cut, a
+        lowered cap refuses new calls with its usual typed error, and a raised ``max_inflight``
+        places the calls it held back at once.  ``TypeError`` (and nothing changed) for anything but
+        ``TenantQuotas``.
+        """
+        self._quotas.replace(default, per_tenant)
+        if self._tasks is not None and not self._closed:
+            self._dispatcher.pump()
+
+    def tenant_quotas(self, tenant: str) -> TenantQuotas:
+        """The quotas that apply to ``tenant`` now."""
+        return self._quotas.of(tenant)
+
+    def tenant_usage(self, tenant: str) -> TenantUsage:
+        """``tenant``'s calls, CPU and loaded scripts now, beside its quotas (for a tenant's own status)."""
+        quotas, scripts, script_bytes = self._quotas.of(tenant), *self._scripts.held(tenant)
+        calls = queued = inflight = 0
+        cpu = 0.0 if quotas.cpu_seconds_per_minute is not None else None
+        if self._tasks is not None:
+            d = self._dispatcher
+            calls, inflight = d.admission.outstanding(tenant), d.placements.per_tenant.get(tenant, 0)
+            queued = max(0, calls - inflight)  # as ``max_queued`` counts them
+            if cpu is not None:
+                cpu = d.admission.cpu.used(tenant, time.monotonic())
+        return TenantUsage(tenant, quotas, calls, queued, inflight, cpu, scripts, script_bytes)
 
     # -- introspection and shutdown -----------------------------------------
     def observe(self, observer: Callable[[CallEnded], None]) -> None:

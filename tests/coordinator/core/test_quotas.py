@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from coordinator._core.config import TenantQuotas
 from coordinator._core.handles import ScriptHandle
-from coordinator._core.quotas import CpuLedger, ScriptBook
+from coordinator._core.quotas import CpuLedger, QuotaTable, ScriptBook
 from coordinator.errors import CpuQuotaExceeded, QuotaExceeded, ScriptQuotaExceeded
+
+
+def quotas(**caps: Any) -> QuotaTable:
+    """Every tenant with ``caps`` (the rest uncapped)."""
+    fields = dict.fromkeys(["cpu_seconds_per_minute", "max_loaded_scripts", "max_loaded_script_bytes"])
+    return QuotaTable(TenantQuotas(**(fields | caps)))
 
 
 def handle(n: int, size: int = 10) -> ScriptHandle:
@@ -14,7 +23,7 @@ def handle(n: int, size: int = 10) -> ScriptHandle:
 
 
 def test_cpu_seconds_per_minute_refuse_until_old_charges_leave_the_window() -> None:
-    ledger = CpuLedger(per_minute=2.0)
+    ledger = CpuLedger(quotas(cpu_seconds_per_minute=2.0))
     ledger.charge("t", 1.5, now=0.0)
     ledger.check("t", now=1.0)
     ledger.charge("t", 0.6, now=10.0)
@@ -31,14 +40,14 @@ def test_cpu_seconds_per_minute_refuse_until_old_charges_leave_the_window() -> N
 
 
 def test_no_cpu_budget_means_no_bookkeeping() -> None:
-    ledger = CpuLedger(per_minute=None)
+    ledger = CpuLedger(quotas())
     ledger.charge("t", 1e9, now=0.0)
     ledger.check("t", now=0.0)
     assert ledger.used("t", 0.0) == 0.0
 
 
 def test_a_tenant_over_its_script_count_forgets_its_least_recently_loaded() -> None:
-    book = ScriptBook(max_scripts=2, max_bytes=None, cache_bytes=1 << 20)
+    book = ScriptBook(quotas(max_loaded_scripts=2, max_loaded_script_bytes=None), cache_bytes=1 << 20)
     for n in range(3):
         book.make_room("t", ("region", f"sha{n}"), 10, busy=set())
         book.admit("t", handle(n), 10)
@@ -48,7 +57,7 @@ def test_a_tenant_over_its_script_count_forgets_its_least_recently_loaded() -> N
 
 
 def test_scripts_with_calls_running_are_not_forgotten_and_the_load_is_refused() -> None:
-    book = ScriptBook(max_scripts=2, max_bytes=None, cache_bytes=1 << 20)
+    book = ScriptBook(quotas(max_loaded_scripts=2, max_loaded_script_bytes=None), cache_bytes=1 << 20)
     for n in range(2):
         book.make_room("t", ("region", f"sha{n}"), 10, busy=set())
         book.admit("t", handle(n), 10)
@@ -61,7 +70,7 @@ def test_scripts_with_calls_running_are_not_forgotten_and_the_load_is_refused() 
 
 
 def test_a_script_bigger_than_the_byte_quota_is_refused_before_it_is_compiled() -> None:
-    book = ScriptBook(max_scripts=None, max_bytes=100, cache_bytes=1 << 20)
+    book = ScriptBook(quotas(max_loaded_scripts=None, max_loaded_script_bytes=100), cache_bytes=1 << 20)
     with pytest.raises(ScriptQuotaExceeded) as info:
         book.make_room("t", ("region", "big"), 101, busy=set())
     assert info.value.quota == "script_bytes" and "101 bytes" in str(info.value)
@@ -73,7 +82,7 @@ def test_a_script_bigger_than_the_byte_quota_is_refused_before_it_is_compiled() 
 
 def test_the_source_cache_is_bounded_in_total_across_tenants() -> None:
     """Issue 10: 2 000 distinct 100 KB scripts used to stay in the coordinator forever."""
-    book = ScriptBook(max_scripts=None, max_bytes=None, cache_bytes=1_000_000)
+    book = ScriptBook(quotas(max_loaded_scripts=None, max_loaded_script_bytes=None), cache_bytes=1_000_000)
     for n in range(2000):
         book.admit(f"tenant-{n % 7}", handle(n, 100_000), 100_000)
     assert book.cached_bytes <= 1_000_000
