@@ -179,6 +179,19 @@ class _Api(Generic[R]):
         """``POST /api/admin/reload`` (admin token)."""
         return self._call("POST", "/api/admin/reload", {})
 
+    # tenants (admin token)
+    def list_tenants(self) -> R:
+        """``GET /api/admin/tenants`` → ``{"tenants": [{"id", "source", "revoked"}]}``."""
+        return self._call("GET", "/api/admin/tenants")
+
+    def put_tenant(self, tenant: str, token_sha256: str) -> R:
+        """``PUT /api/admin/tenants/{id}``: add an API tenant or rotate its token (only the hash travels)."""
+        return self._call("PUT", f"/api/admin/tenants/{_seg(tenant)}", {"token_sha256": token_sha256})
+
+    def delete_tenant(self, tenant: str, *, purge: bool = False) -> R:
+        """``DELETE /api/admin/tenants/{id}``: revoke (data kept); ``purge`` removes its data too."""
+        return self._call("DELETE", f"/api/admin/tenants/{_seg(tenant)}" + ("?purge=true" if purge else ""))
+
 
 def _headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}

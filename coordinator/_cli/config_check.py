@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from coordinator.providers.config import OWN_KEYS, ProviderConfigError, ProvidersConfig, parse_config
 
-__all__ = ["KNOWN_TOP_LEVEL", "check_config_file", "did_you_mean", "unknown_keys"]
+__all__ = ["KNOWN_TOP_LEVEL", "check_config_file", "did_you_mean", "naming_problems", "unknown_keys"]
 
 KNOWN_TOP_LEVEL: Final = frozenset(
     {
@@ -73,14 +73,9 @@ def _near_own_key(name: str, table: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def check_config_file(path: Path) -> tuple[ProvidersConfig | None, list[str]]:
-    """The parsed config (None when it cannot be parsed) and every problem found in it."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [f"cannot read config {path}: {getattr(exc, 'strerror', None) or exc}"]
-    except tomllib.TOMLDecodeError as exc:
-        return None, [f"{path}: not valid TOML: {exc}"]
+def naming_problems(data: Mapping[str, Any], path: Path) -> list[str]:
+    """Names the runtime would silently skip: unknown top-level and ``[limits]`` keys, near-miss
+    provider keys."""
     problems = unknown_keys(data, KNOWN_TOP_LEVEL, str(path))
     limits = data.get("limits")
     if isinstance(limits, dict):
@@ -90,6 +85,18 @@ def check_config_file(path: Path) -> tuple[ProvidersConfig | None, list[str]]:
         for name, table in tables.items():
             if isinstance(table, dict):
                 problems += _near_own_key(name, table)
+    return problems
+
+
+def check_config_file(path: Path) -> tuple[ProvidersConfig | None, list[str]]:
+    """The parsed config (None when it cannot be parsed) and every problem found in it."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [f"cannot read config {path}: {getattr(exc, 'strerror', None) or exc}"]
+    except tomllib.TOMLDecodeError as exc:
+        return None, [f"{path}: not valid TOML: {exc}"]
+    problems = naming_problems(data, path)
     try:
         config = parse_config(data, base_dir=path.parent)
     except ProviderConfigError as exc:

@@ -30,6 +30,9 @@ from coordinator._cli.output import (
     fail,
 )
 from coordinator._cli.remote import SERVER_HELP, remote_doctor, remote_validate
+from coordinator._cli.scripts import scripts as scripts_group
+from coordinator._cli.status import status_command
+from coordinator._cli.tenants import tenants as tenants_group
 from coordinator._cli.validate import infer_kind, validate_config, validate_provider_with_config
 from coordinator.bench.pool import bench as pool_bench
 
@@ -92,8 +95,10 @@ for command in provider_cli.COMMANDS:
     main.add_command(command)
 main.add_command(keys_group)
 main.add_command(node_command)
-for command in serve_cli.COMMANDS:
-    main.add_command(command)
+main.add_command(serve_cli.serve_command)
+main.add_command(status_command)  # coordinator._cli.status: --server or --config, like scripts and tenants
+main.add_command(scripts_group)
+main.add_command(tenants_group)
 
 
 async def _sandbox_report() -> list[dict[str, Any]]:

@@ -6,12 +6,13 @@ import asyncio
 import json
 import logging
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import click
 
-from coordinator._cli.config_check import check_config_file
+from coordinator._cli.config_check import check_config_file, naming_problems
 from coordinator._cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, verbosity
 
 __all__ = ["infer_kind", "validate_config", "validate_provider_with_config"]
@@ -48,10 +49,61 @@ async def _check_scripts(config: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _service_table(path: Path) -> dict[str, Any] | None:
+    """The parsed file when it is a service config (it has a ``[serve]`` table), else None."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None  # check_config_file says what is wrong with it
+    return data if isinstance(data.get("serve"), dict) else None
+
+
+def _validate_service_config(path: Path, data: dict[str, Any], as_json: bool) -> int:
+    """A service config, checked as ``rhaipool serve`` reads it; its provider scripts are the tenants'
+    (uploaded), so no script file is looked for."""
+    from coordinator.service.config import ServiceConfigError, load_service_config
+
+    problems = naming_problems(data, path)
+    config = None
+    try:
+        config = load_service_config(path)
+    except ServiceConfigError as exc:
+        problems.append(str(exc))
+    valid = not problems
+    if as_json:
+        doc: dict[str, Any] = {
+            "valid": valid,
+            "config": str(path),
+            "service": True,
+            "problems": problems,
+            "providers": {},
+        }
+        if not valid:
+            doc["error"] = {"class": "InvalidConfig", "message": problems[0], "count": len(problems)}
+        click.echo(json.dumps(doc, ensure_ascii=False))
+    elif config is not None and valid:
+        tables = sorted(name for name, _ in config.providers.providers)
+        click.echo(
+            f"ok: {path} (service config: listen {config.host}:{config.port}, "
+            f"{len(config.tenants)} tenant(s) in the file, operator provider tables: "
+            f"{', '.join(tables) or 'none'}; provider scripts are uploaded by tenants)"
+        )
+    else:
+        for problem in problems:
+            click.echo(click.style(f"error: {problem}", fg="red"), err=True)
+    return EXIT_OK if valid else EXIT_FAILED
+
+
 def validate_config(path: Path, as_json: bool) -> int:
-    """Check the config file, every provider table and every script it names; returns the exit code."""
+    """Check the config file, every provider table and every script it names; returns the exit code.
+
+    A service config (one with a ``[serve]`` table) is checked as ``rhaipool serve`` reads it instead.
+    """
     if not path.is_file():
         fail(f"cannot read config {path}: no such file", as_json, EXIT_USAGE, "ProviderConfigError")
+    service = _service_table(path)
+    if service is not None:
+        return _validate_service_config(path, service, as_json)
     config, problems = check_config_file(path)
     providers = asyncio.run(_check_scripts(config)) if config is not None else {}
     problems += [

@@ -1,0 +1,58 @@
+"""``rhaipool status``: a running service's workers, queues and tenants."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from coordinator._cli.service_access import open_client, report_refusal, service_options
+from coordinator.client import ServiceError
+
+__all__ = ["status_command", "status_text"]
+
+
+def _mb(value: int) -> str:
+    return f"{value / (1 << 20):.1f} MB"
+
+
+def status_text(doc: dict[str, Any]) -> str:
+    """The status document for a person (a tenant's token sees no workers: the lines are left out)."""
+    queue = doc.get("queue", {})
+    lines = [
+        f"uptime {doc.get('uptime_secs', 0):.0f} s{'  DRAINING' if doc.get('draining') else ''}",
+        (
+            f"queue: {queue.get('queued', 0)} queued, {queue.get('inflight', 0)} at workers, "
+            f"{queue.get('http_inflight', 0)} HTTP calls in flight"
+        ),
+    ]
+    if "workers" in doc:
+        lines.append(f"workers ({len(doc['workers'])}):")
+        for w in doc["workers"]:
+            lines.append(
+                f"  {w['id']:<6} pid {w['pid']:<8} {w['state']:<9} {_mb(w['memory_bytes']):>9} "
+                f"{w['calls']:>7} calls  sandbox: {', '.join(w['sandbox']) or '-'}"
+            )
+    tenants = doc.get("tenants", [])
+    lines.append(
+        "tenants: " + (", ".join(f"{t['id']} ({t.get('regions', 0)} regions)" for t in tenants) or "-")
+    )
+    return "\n".join(lines)
+
+
+@click.command("status")
+@service_options
+def status_command(server: str | None, config_path: Path | None, as_json: bool) -> None:
+    """Workers (pid, state, memory, calls, sandbox layers), queues and tenants of a running service.
+
+    The token is $RHAIPOOL_ADMIN_TOKEN (everything), else $RHAIPOOL_TOKEN (that tenant's own calls).
+    """
+    try:
+        with open_client(server, config_path, as_json, admin=True) as client:
+            doc = client.status()
+    except ServiceError as exc:
+        sys.exit(report_refusal(exc, as_json))
+    click.echo(json.dumps(doc, ensure_ascii=False) if as_json else status_text(doc))
