@@ -53,6 +53,15 @@ def _bad_inputs(tmp: Path) -> dict[str, list[str]]:
         "serve": ["--json"],
         "node": ["--json"],
         "status": ["--json", "--no-such-option"],
+        "scripts put": ["region_hook", "x", missing, "--json"],
+        "scripts get": ["no_such_kind", "x", "--json"],
+        "scripts list": ["--config", missing, "--json"],
+        "scripts rm": ["region_hook", "--json"],
+        "tenants list": ["--config", str(broken), "--json"],
+        "tenants add": ["--json"],
+        "tenants rotate": ["x", "--server", "http://127.0.0.1:9", "--config", missing, "--json"],
+        "tenants revoke": ["--json"],
+        "tenants purge": ["x", "--json"],
     }
 
 
