@@ -173,17 +173,22 @@ class RegionLoader:
         """Resolve, read, compile and check ``script``; cached by the script string."""
         return (await self._load(region, script)).info
 
-    async def _load(self, region: str, script: str) -> _Loaded:
-        cached = self._table.get(script)
-        if cached is not None:
-            return cached
+    async def _read(self, region: str, script: str) -> str:
         path = resolve_script_path(region, script, self._base_dir)
         try:
-            source = await asyncio.to_thread(path.read_text, encoding="utf-8")
+            return await asyncio.to_thread(path.read_text, encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise RegionLoadError(
                 f"region '{region}': cannot read custom region script '{path}': {exc}"
             ) from exc
+
+    async def _load(self, region: str, script: str, source: str | None = None) -> _Loaded:
+        """``source`` given: that text is the script named ``script`` (no file is read)."""
+        cached = self._table.get(script)
+        if cached is not None:
+            return cached
+        if source is None:
+            source = await self._read(region, script)
         label = script.strip()
         prefix = f"region '{region}': custom region script failed to compile: "
         try:
@@ -213,9 +218,10 @@ class RegionLoader:
         admission: Admission = "evict",
         volatility: Volatility = "rewritten",
         clock: Callable[[], float] | None = None,
+        source: str | None = None,
     ) -> Region:
-        """A new, empty ``Region`` whose hooks run in the pool."""
-        loaded = await self._load(name, script)
+        """A new, empty ``Region`` whose hooks run in the pool (``source``: the script's text, given)."""
+        loaded = await self._load(name, script, source)
         resident = ResidentEntries() if self._resident else None  # one key per region, never shared
         runner = PoolHookRunner(self._pool, loaded.handle, loaded.info, self._timeout, self._tenant, resident)
         extra: dict[str, Any] = {} if clock is None else {"clock": clock}
@@ -244,12 +250,21 @@ async def open_region(
     hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
     tenant: str = DEFAULT_TENANT,
     resident: bool = True,
+    source: str | None = None,
 ) -> Region:
     """Load ``script`` into ``pool`` and return a region backed by it (what ``Pool.region`` does).
 
     ``resident=False`` ships every entry on every hook call instead of keeping them in the worker.
+    ``source`` is the script's text when the caller holds it (the service's database): ``script`` then
+    only names it, and no file is read.
     """
     loader = RegionLoader(pool, base_dir=base_dir, timeout=hook_timeout, tenant=tenant, resident=resident)
     return await loader.region(
-        name, script, budget=budget, persistent=persistent, admission=admission, volatility=volatility
+        name,
+        script,
+        budget=budget,
+        persistent=persistent,
+        admission=admission,
+        volatility=volatility,
+        source=source,
     )

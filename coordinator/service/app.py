@@ -1,8 +1,7 @@
 """The ASGI application of ``rhaipool serve``: routes, error mapping, the gate, the lifespan.
 
-    uvicorn ──▶ Gate (drain, in-flight, metrics) ──▶ FastLane ──▶ Starlette router ──▶ routes_* ──▶ Service
-
-(the fast lane hands render, write and inference straight to their route function: fastlane.py).
+    uvicorn ──▶ Gate (drain, in-flight, tenants' requests, metrics) ──▶ Idempotency ──▶ Starlette ──▶ routes_*
+                                                                                              ──▶ Service
 
 Every failure a client can cause is a 4xx with a one-line ``{"error": ...}``; pool backpressure is a
 retryable 503 with ``Retry-After``; nothing a request body contains can produce a 500.
@@ -14,13 +13,12 @@ import logging
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from coordinator.errors import (
     CpuQuotaExceeded,
@@ -31,9 +29,9 @@ from coordinator.errors import (
     ScriptQuotaExceeded,
 )
 from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
-from coordinator.service.fastlane import FastLane, Handler
 from coordinator.service.gate import Gate
 from coordinator.service.http import HTTPError
+from coordinator.service.idempotency import Idempotency
 from coordinator.service.metrics import Metrics
 from coordinator.service.observer import CallObserver
 from coordinator.service.state import Service
@@ -79,7 +77,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": "internal error"}, 500)
 
 
-_HANDLERS: dict[type[Exception], Handler] = {
+_HANDLERS: dict[Any, Any] = {
     HTTPError: _http_error,
     HTTPException: _starlette_error,
     Overloaded: _busy,
@@ -88,8 +86,6 @@ _HANDLERS: dict[type[Exception], Handler] = {
     QuotaExceeded: _over_quota,
     Exception: _unexpected,
 }
-_HOT: Final = (routes_regions.render, routes_regions.write, routes_providers.inference)
-"""The per-call operations the fast lane answers without Starlette's router (fastlane.py)."""
 
 
 def create_app(service: Service) -> Any:
@@ -113,9 +109,8 @@ def create_app(service: Service) -> Any:
         lifespan=lifespan,
     )
     metrics = Metrics(service)
-    hot = [r for r in routes if isinstance(r, Route) and r.endpoint in _HOT]
-    lane = FastLane(router, _HANDLERS, hot)
-    gate = Gate(lane, metrics, lambda: service.config.max_header_bytes)
+    gate = Gate(Idempotency(router, service), metrics, service)
+    service.on_revoked = gate.cut_tenants
     router.state.service = service
     router.state.metrics = metrics
     router.state.gate = gate

@@ -13,10 +13,12 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-__all__ = ["ADMIN", "Tokens", "token_sha256"]
+__all__ = ["ADMIN", "METRICS", "Tokens", "token_sha256"]
 
 ADMIN = object()
 """What :meth:`Tokens.identify` answers for the admin token."""
+METRICS = object()
+"""What :meth:`Tokens.identify` answers for the metrics token (it may read ``/metrics``, nothing else)."""
 
 
 def token_sha256(token: str) -> str:
@@ -30,8 +32,13 @@ class Tokens:
     def __init__(self, tenants: Mapping[str, str], admin_sha256: str | None) -> None:
         self._by_hash = {sha: tenant for tenant, sha in tenants.items()}
         self._admin = admin_sha256
+        self._reader: str | None = None
         self._accepted: dict[str, str | object] = {}
         self.tenants = frozenset(tenants)
+
+    def add_reader(self, sha256: str | None) -> None:
+        """The metrics token's hash (``[serve] metrics_token_sha256``), if any."""
+        self._reader = sha256
 
     def identify(self, authorization: str | None) -> str | object | None:
         """The tenant id, :data:`ADMIN`, or None for a missing, malformed or unknown token."""
@@ -48,6 +55,8 @@ class Tokens:
         who: str | object | None = self._by_hash.get(digest)
         if self._admin is not None and hmac.compare_digest(digest, self._admin):
             who = ADMIN
-        if who is not None and len(self._accepted) <= len(self._by_hash):
+        elif self._reader is not None and hmac.compare_digest(digest, self._reader):
+            who = METRICS
+        if who is not None and len(self._accepted) <= len(self._by_hash) + 1:
             self._accepted[token] = who
         return who

@@ -8,12 +8,14 @@ whoever deploys the service without handing out the tokens themselves.
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
+from coordinator._core.config import DEFAULT_TENANT_MAX_SCRIPT_BYTES, DEFAULT_TENANT_MAX_SCRIPTS
 from coordinator.nodes.config import NodesConfig, parse_nodes_config
 from coordinator.nodes.errors import NodesConfigError
 from coordinator.providers.config import ProviderConfigError, ProvidersConfig, parse_config
@@ -24,9 +26,11 @@ __all__ = [
     "DEFAULT_LISTEN",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_HEADER_BYTES",
+    "LIMIT_KEYS",
     "TENANT_ID",
     "ServeConfig",
     "ServiceConfigError",
+    "TenantLimits",
     "check_sha256",
     "load_service_config",
     "parse_service_config",
@@ -40,6 +44,72 @@ _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
 TENANT_ID: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+_MIB: Final = 1 << 20
+DEFAULT_PROVIDER_CALL_SECS: Final = 120.0
+DEFAULT_TENANT_RETENTION_DAYS: Final = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantLimits:
+    """Every per-tenant bound, as ``[serve.tenant_defaults]`` and ``[tenants.<id>]`` set it.
+
+    The pool's (calls, CPU, loaded scripts, dedicated workers, node group), egress's (requests and bytes
+    in flight), the provider calls' wall clock, and the service's own
+    (regions, budgets, entry bytes, stored scripts, streams, connections). One tenant's table overrides
+    the defaults key by key; a SIGHUP applies a change to the next call.
+    """
+
+    max_calls: int | None = None
+    """Unfinished calls (queued + running) at once; ``None``: no cap."""
+    max_inflight: int | None = None
+    """Calls placed at workers at once; ``None``: no cap."""
+    max_queued: int | None = None
+    """Calls waiting for a worker; ``None``: no cap."""
+    cpu_seconds_per_minute: float | None = None
+    """CPU-seconds the tenant's calls may use per sliding minute; ``None``: no cap."""
+    max_loaded_scripts: int | None = DEFAULT_TENANT_MAX_SCRIPTS
+    """Scripts the pool holds compiled for the tenant at once."""
+    max_loaded_script_bytes: int | None = DEFAULT_TENANT_MAX_SCRIPT_BYTES
+    """Source bytes the pool holds compiled for the tenant at once."""
+    dedicated_workers: int = 0
+    """Workers of the tenant's own (its calls run only there, nobody else's do)."""
+    node_group: str | None = None
+    """Take the dedicated workers from nodes of this group (``rhaipool node --group``)."""
+    egress_max_inflight: int = 128
+    """Provider HTTP requests in flight at once."""
+    egress_max_bytes: int = 64 * _MIB
+    """Response bytes egress holds for the tenant at once."""
+    provider_call_secs: float = DEFAULT_PROVIDER_CALL_SECS
+    """Wall-clock bound of one provider call; at most ``[serve] provider_call_secs``."""
+    max_regions: int = 1000
+    """Regions open at once."""
+    max_region_budget: int = 1_000_000
+    """Largest token budget of one region."""
+    max_entry_bytes: int = 64 * _MIB
+    """Bytes of entry content the tenant's regions hold in all (memory and database)."""
+    max_scripts: int = 256
+    """Scripts stored."""
+    max_script_bytes: int = 16 * _MIB
+    """Bytes of scripts stored."""
+    max_streams: int = 32
+    """Provider streams open at once."""
+    max_connections: int = 64
+    """HTTP requests of the tenant being served at once (each holds one connection)."""
+
+
+LIMIT_KEYS: Final = tuple(f.name for f in fields(TenantLimits))
+_FLOATS: Final = frozenset({"cpu_seconds_per_minute", "provider_call_secs"})
+_TENANT_KEYS: Final = ("token_sha256", "providers", *LIMIT_KEYS)
+SERVE_KEYS: Final = (
+    "listen", "database", "admin_token_sha256", "metrics_token_sha256", "tls_cert", "tls_key",
+    "max_body_bytes", "max_header_bytes", "grace_secs", "workers", "local_workers", "provider_call_secs",
+    "secrets_key_file", "tenant_retention_days", "tenant_defaults", "egress",
+    "header_timeout_secs", "body_timeout_secs", "idle_timeout_secs", "max_connections",
+    "max_connections_per_address", "fd_reserve",
+)  # fmt: skip
+"""Every key ``[serve]`` may hold (another is refused, with the nearest of these)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
     """Everything ``rhaipool serve`` reads from its config file."""
@@ -48,8 +118,23 @@ class ServeConfig:
     port: int = 8765
     database: Path = Path("rhaipool.db")
     admin_token_sha256: str | None = None
+    metrics_token_sha256: str | None = None
+    """A token that may read ``/metrics`` (and nothing else); the admin token may too."""
     tenants: dict[str, str] = field(default_factory=dict)
-    """tenant id → hex sha256 of its bearer token."""
+    """tenant id → hex sha256 of its bearer token (the config file's tenants)."""
+    grants: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """tenant id → the operator's ``[model_providers.<name>]`` tables it may use."""
+    tenant_defaults: TenantLimits = field(default_factory=TenantLimits)
+    tenant_limits: dict[str, TenantLimits] = field(default_factory=dict)
+    """tenant id → its limits (the defaults with its own table's keys on top)."""
+    provider_call_secs: float = DEFAULT_PROVIDER_CALL_SECS
+    """The ceiling of every tenant's ``provider_call_secs``."""
+    secrets_key_file: Path | None = None
+    """File holding the key (``Fernet.generate_key()``) that seals tenants' provider tables at rest."""
+    tenant_retention_days: float = DEFAULT_TENANT_RETENTION_DAYS
+    """How long a revoked API tenant's data is kept before it is purged."""
+    egress: dict[str, Any] = field(default_factory=dict)
+    """``[serve.egress]``: the operator's egress policy over every tenant's scripts."""
     tls_cert: Path | None = None
     tls_key: Path | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -62,6 +147,10 @@ class ServeConfig:
     """``[nodes]``: where worker nodes join over CurveZMQ (``None``: no nodes)."""
     providers: ProvidersConfig = field(default_factory=ProvidersConfig)
     source: Path | None = None
+
+    def limits(self, tenant: str) -> TenantLimits:
+        """The tenant's limits (its own table's, else the defaults)."""
+        return self.tenant_limits.get(tenant, self.tenant_defaults)
 
 
 def check_sha256(value: Any, where: str) -> str:
@@ -93,10 +182,47 @@ def _positive(value: Any, where: str) -> Any:
     return value
 
 
-def _tenants(raw: Any) -> dict[str, str]:
+def unknown_key(key: str, known: Any, where: str) -> ServiceConfigError:
+    """The one-line refusal of a key nobody reads, with the nearest known one."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ServiceConfigError(f"{where}: unknown key '{key}'{hint}")
+
+
+def _limit(key: str, value: Any, where: str) -> Any:
+    if key == "node_group":
+        if not isinstance(value, str) or not value:
+            raise ServiceConfigError(f"{where} node_group must be a group name")
+        return value
+    if key in _FLOATS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+            raise ServiceConfigError(f"{where} {key} must be a positive number of seconds")
+        return float(value)
+    low = 0 if key == "dedicated_workers" else 1
+    if type(value) is not int or not low <= value < 1 << 53:
+        raise ServiceConfigError(f"{where} {key} must be a whole number >= {low}")
+    return value
+
+
+def _limits(table: dict[str, Any], base: TenantLimits, where: str, ceiling: float) -> TenantLimits:
+    """``base`` with the limit keys of ``table`` on top (others are the caller's to check)."""
+    changes = {key: _limit(key, table[key], where) for key in LIMIT_KEYS if key in table}
+    limits = replace(base, **changes)
+    if limits.provider_call_secs > ceiling:
+        raise ServiceConfigError(
+            f"{where} provider_call_secs must be at most [serve] provider_call_secs ({ceiling:g})"
+        )
+    return limits
+
+
+def _tenants(
+    raw: Any, defaults: TenantLimits, ceiling: float
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]], dict[str, TenantLimits]]:
     if not isinstance(raw, dict):
         raise ServiceConfigError("[tenants] must be a table of [tenants.<id>] tables")
     tenants: dict[str, str] = {}
+    grants: dict[str, tuple[str, ...]] = {}
+    limits: dict[str, TenantLimits] = {}
     for tenant, table in raw.items():
         if not TENANT_ID.match(tenant):
             raise ServiceConfigError(
@@ -104,8 +230,17 @@ def _tenants(raw: Any) -> dict[str, str]:
             )
         if not isinstance(table, dict) or "token_sha256" not in table:
             raise ServiceConfigError(f"[tenants.{tenant}] requires token_sha256")
+        for key in table:
+            if key not in _TENANT_KEYS:
+                raise unknown_key(key, _TENANT_KEYS, f"[tenants.{tenant}]")
         tenants[tenant] = check_sha256(table["token_sha256"], f"[tenants.{tenant}] token_sha256")
-    return tenants
+        granted = table.get("providers", [])
+        if not isinstance(granted, list) or not all(isinstance(p, str) and p for p in granted):
+            raise ServiceConfigError(f"[tenants.{tenant}] providers must be a list of provider names")
+        grants[tenant] = tuple(dict.fromkeys(granted))
+        if any(key in table for key in LIMIT_KEYS):
+            limits[tenant] = _limits(table, defaults, f"[tenants.{tenant}]", ceiling)
+    return tenants, grants, limits
 
 
 def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
@@ -131,12 +266,48 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
         raise ServiceConfigError(str(exc)) from exc
     if local_workers == 0 and nodes is None:
         raise ServiceConfigError("[serve] local_workers = 0 needs a [nodes] table: no worker would run")
+    for name in serve:
+        if name not in SERVE_KEYS:
+            raise unknown_key(name, SERVE_KEYS, "[serve]")
+    metrics = serve.get("metrics_token_sha256")
+    ceiling = float(
+        _positive(serve.get("provider_call_secs", DEFAULT_PROVIDER_CALL_SECS), "[serve] provider_call_secs")
+    )
+    raw_defaults = serve.get("tenant_defaults", {})
+    if not isinstance(raw_defaults, dict):
+        raise ServiceConfigError("[serve.tenant_defaults] must be a table")
+    for name in raw_defaults:
+        if name not in LIMIT_KEYS:
+            raise unknown_key(name, LIMIT_KEYS, "[serve.tenant_defaults]")
+    defaults = _limits(
+        raw_defaults, TenantLimits(provider_call_secs=ceiling), "[serve.tenant_defaults]", ceiling
+    )
+    tenants, grants, limits = _tenants(data.get("tenants", {}), defaults, ceiling)
+    egress = serve.get("egress", {})
+    if not isinstance(egress, dict):
+        raise ServiceConfigError("[serve.egress] must be a table")
+    secrets_key = serve.get("secrets_key_file")
+    retention = _positive(
+        serve.get("tenant_retention_days", DEFAULT_TENANT_RETENTION_DAYS), "[serve] tenant_retention_days"
+    )
     return ServeConfig(
         host=host,
         port=port,
         database=_path(serve.get("database", "rhaipool.db"), "[serve] database", base),
         admin_token_sha256=None if admin is None else check_sha256(admin, "[serve] admin_token_sha256"),
-        tenants=_tenants(data.get("tenants", {})),
+        metrics_token_sha256=None
+        if metrics is None
+        else check_sha256(metrics, "[serve] metrics_token_sha256"),
+        tenants=tenants,
+        grants=grants,
+        tenant_defaults=defaults,
+        tenant_limits=limits,
+        provider_call_secs=ceiling,
+        secrets_key_file=None
+        if secrets_key is None
+        else _path(secrets_key, "[serve] secrets_key_file", base),
+        tenant_retention_days=float(retention),
+        egress=egress,
         tls_cert=None if cert is None else _path(cert, "[serve] tls_cert", base),
         tls_key=None if key is None else _path(key, "[serve] tls_key", base),
         max_body_bytes=int(_positive(serve.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES), "max_body_bytes")),

@@ -3,6 +3,8 @@
     RhaipoolError (proto.errors)
     ├── ServiceConfigError     the service config file cannot be used (also a ``ValueError``)
     ├── HTTPError              a route answers with this JSON error instead of its result
+    │   ├── StorageFailed      a change could not be committed (507 disk full, 503 otherwise); nothing changed
+    │   └── LimitReached       a tenant's service quota refused the request (429, or 413 for a size)
     └── RegionExists           a region of that name is already open for the tenant
 
 The client's side of a failed request is ``coordinator.errors.ServiceError``.
@@ -16,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from proto.errors import RhaipoolError
 
-__all__ = ["HTTPError", "RegionExists", "ServiceConfigError"]
+__all__ = ["HTTPError", "LimitReached", "RegionExists", "ServiceConfigError", "StorageFailed"]
 
 
 class ServiceConfigError(RhaipoolError, ValueError):
@@ -33,6 +35,26 @@ class HTTPError(RhaipoolError):
     def response(self) -> Response:
         """The JSON response."""
         return JSONResponse({"error": self.error}, self.status, headers=self.headers)
+
+
+class StorageFailed(HTTPError):
+    """The database refused a commit (disk full: 507; I/O error, locked: 503); nothing was changed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, message, {"Retry-After": "5"} if status == 503 else None)
+
+
+class LimitReached(HTTPError):
+    """A tenant's service quota (``quota``, its serve.toml key) refused the request; nothing changed.
+
+    429 with ``Retry-After`` when waiting can help (streams, connections, regions being closed), 413
+    when the request itself is too big for the quota.
+    """
+
+    def __init__(self, quota: str, message: str, *, status: int = 429) -> None:
+        headers = {"Retry-After": "1"} if status == 429 else None
+        super().__init__(status, f"{message} (quota {quota})", headers)
+        self.quota = quota
 
 
 class RegionExists(RhaipoolError):

@@ -1,9 +1,13 @@
-"""The service's front door (pure ASGI middleware): in-flight accounting, draining, metrics per call.
+"""The service's front door (pure ASGI middleware): in-flight accounting, draining, metrics per call,
+each tenant's concurrent requests (``max_connections``), and the end of a revoked tenant's requests.
 
 While draining (after SIGTERM) a new call is refused at once with a retryable ``503`` and
 ``Retry-After``; calls already in flight may finish until the grace period ends, then the stragglers
 are cancelled and answered ``503`` the same way (unless their reply had already begun). Health,
-readiness and metrics stay reachable throughout, so an orchestrator sees the drain.
+readiness and metrics stay reachable throughout, so an orchestrator sees the drain. A tenant's token
+is looked up here too (a dict lookup: the routes' own lookup hits the same cache), so a tenant over
+its ``max_connections`` is answered 429 before anything is read, and when its token is revoked or
+rotated its requests in flight are cut with 401 (unless their reply had begun).
 """
 
 from __future__ import annotations
@@ -13,13 +17,13 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable
 from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.service.metrics import Metrics
 from coordinator.service.observer import current_request
+from coordinator.service.state import Service
 
 __all__ = ["EXEMPT", "Gate"]
 
@@ -27,20 +31,24 @@ EXEMPT: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
 calls_log = logging.getLogger("rhaipool.service.calls")
 _TOO_BIG: Final = json.dumps({"error": "request headers too large"}).encode()
 _REFUSAL: Final = json.dumps({"error": "the service is shutting down; retry on another instance"}).encode()
+_REVOKED: Final = json.dumps({"error": "unauthorized: the tenant's token was revoked"}).encode()
+_AUTHORIZATION: Final = b"authorization"
 
 
 class Gate:
     """Counts and, when told to drain, refuses and finally cuts the calls passing through it."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, max_header_bytes: Callable[[], int]) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, service: Service) -> None:
         self.app = app
         self.metrics = metrics
-        self.max_header_bytes = max_header_bytes
+        self.service = service
         self.draining = False
+        self._tenants: dict[asyncio.Task[Any], str] = {}
+        self._per_tenant: dict[str, int] = {}
         self.answered = 0
         self._numbers = itertools.count(1)
         self._active: dict[asyncio.Task[Any], list[bool]] = {}
-        self._cut: set[asyncio.Task[Any]] = set()
+        self._cut: dict[asyncio.Task[Any], bytes] = {}
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -56,12 +64,47 @@ class Gate:
         if self.draining:
             await _refuse(send)
             return
-        if sum(len(k) + len(v) for k, v in scope["headers"]) > self.max_header_bytes():
+        if sum(len(k) + len(v) for k, v in scope["headers"]) > self.service.config.max_header_bytes:
             await _answer(send, 431, _TOO_BIG, ())
             return
-        await self._track(scope, receive, send)
+        tenant = self._tenant(scope)
+        if tenant is None:
+            await self._track(scope, receive, send)
+            return
+        limit = self.service.limits(tenant).max_connections
+        held = self._per_tenant.get(tenant, 0)
+        if held >= limit:
+            body = json.dumps(
+                {"error": f"the tenant already has {limit} requests in flight (quota max_connections)"}
+            )
+            await _answer(send, 429, body.encode(), ((b"retry-after", b"1"),))
+            return
+        self._per_tenant[tenant] = held + 1
+        try:
+            await self._track(scope, receive, send, tenant)
+        finally:
+            left = self._per_tenant[tenant] - 1
+            if left:
+                self._per_tenant[tenant] = left
+            else:
+                del self._per_tenant[tenant]
 
-    async def _track(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def _tenant(self, scope: Scope) -> str | None:
+        """The tenant the request's bearer token names, if any (the routes check it again)."""
+        for key, value in scope["headers"]:
+            if key == _AUTHORIZATION:
+                who = self.service.tokens.identify(value.decode("latin-1"))
+                return who if isinstance(who, str) else None
+        return None
+
+    def cut_tenants(self, tenants: frozenset[str]) -> None:
+        """End the requests in flight of tenants whose token stopped working (401 if not yet answered)."""
+        for task, tenant in list(self._tenants.items()):
+            if tenant in tenants and task not in self._cut:
+                self._cut[task] = _REVOKED
+                task.cancel()
+
+    async def _track(self, scope: Scope, receive: Receive, send: Send, tenant: str | None = None) -> None:
         task = asyncio.current_task()
         assert task is not None
         started = [False]
@@ -77,20 +120,28 @@ class Gate:
             await send(message)
 
         self._active[task] = started
+        if tenant is not None:
+            self._tenants[task] = tenant
         self._idle.clear()
         begun = time.perf_counter()
         try:
             await self.app(scope, receive, sending)
         except asyncio.CancelledError:
-            if task not in self._cut:
+            reason = self._cut.get(task)
+            if reason is None:
                 raise
             task.uncancel()
             if not started[0]:
-                status[0] = 503
-                await _refuse(send)
+                if reason is _REVOKED:
+                    status[0] = 401
+                    await _answer(send, 401, _REVOKED, ((b"www-authenticate", b"Bearer"),))
+                else:
+                    status[0] = 503
+                    await _refuse(send)
         finally:
             self._active.pop(task, None)
-            self._cut.discard(task)
+            self._tenants.pop(task, None)
+            self._cut.pop(task, None)
             if not self._active:
                 self._idle.set()
             tenant = str(facts.get("tenant", ""))
@@ -113,7 +164,7 @@ class Gate:
         except TimeoutError:
             stragglers = list(self._active)  # a stream already begun is ended where it is
             for task in stragglers:
-                self._cut.add(task)
+                self._cut[task] = _REFUSAL
                 task.cancel()
             await asyncio.sleep(0)
             return len(stragglers)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from importlib import resources
 from typing import Any, Final
 
@@ -12,10 +13,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from coordinator.service.auth import ADMIN, METRICS
 from coordinator.service.config import TENANT_ID, ServiceConfigError, check_sha256
 from coordinator.service.http import (
     HTTPError,
-    field,
     json_body,
     reply,
     require_admin,
@@ -44,15 +45,47 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """Prometheus text."""
+    """Prometheus text, for the admin token or the metrics token only (it names every tenant)."""
+    service = service_of(request)
+    service.maybe_reload()
+    if service.tokens.identify(request.headers.get("authorization")) not in (ADMIN, METRICS):
+        raise HTTPError(401, "unauthorized", {"WWW-Authenticate": "Bearer"})
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
 
 
+def _tenant_document(service: Any, tenant: str) -> dict[str, Any]:
+    """One tenant's own view: what it holds against each of its service quotas."""
+    limits = service.limits(tenant)
+    scripts = service.scripts(tenant)
+    return {
+        "id": tenant,
+        "regions": service.regions.count(tenant),
+        "quotas": {
+            "max_regions": {"used": service.regions.count(tenant), "limit": limits.max_regions},
+            "max_entry_bytes": {"used": service.regions.entry_bytes(tenant), "limit": limits.max_entry_bytes},
+            "max_scripts": {"used": len(scripts), "limit": limits.max_scripts},
+            "max_script_bytes": {"used": service.script_bytes(tenant), "limit": limits.max_script_bytes},
+            "max_region_budget": {"limit": limits.max_region_budget},
+            "max_streams": {"limit": limits.max_streams},
+            "max_connections": {"limit": limits.max_connections},
+            "provider_call_secs": {"limit": limits.provider_call_secs},
+        },
+        "pool": asdict(service.pool.tenant_usage(tenant)),
+    }
+
+
 def status_document(request: Request, tenant: str | None) -> dict[str, Any]:
-    """Workers, queues and tenants; a tenant's token sees only its own tenant row."""
+    """Workers, queues and tenants for the admin; a tenant's token sees only its own tenant (its
+    calls and quotas), never the workers' pids and memory or other tenants' numbers."""
     service = service_of(request)
-    stats = service.pool.statistics()
     now = time.time()
+    if tenant is not None:
+        return {
+            "uptime_secs": round(now - service.started_at, 3),
+            "draining": request.app.state.gate.draining,
+            "tenants": [_tenant_document(service, tenant)],
+        }
+    stats = service.pool.statistics()
     workers = [
         {
             "id": w.id,
@@ -65,7 +98,6 @@ def status_document(request: Request, tenant: str | None) -> dict[str, Any]:
         }
         for w in service.pool.workers()
     ]
-    tenants = sorted(service.tokens.tenants if tenant is None else {tenant})
     return {
         "uptime_secs": round(now - service.started_at, 3),
         "draining": request.app.state.gate.draining,
@@ -77,7 +109,7 @@ def status_document(request: Request, tenant: str | None) -> dict[str, Any]:
         },
         "calls": {"ok": stats.calls_ok, "failed": stats.calls_failed, "retries": stats.retries},
         "restarts": {"spawned": stats.spawned, "exits": stats.exits, "reasons": stats.exit_reasons},
-        "tenants": [{"id": t, "regions": len(service.regions.of(t))} for t in tenants],
+        "tenants": [_tenant_document(service, t) for t in sorted(service.tokens.tenants)],
     }
 
 
@@ -97,35 +129,36 @@ async def admin_reload(request: Request) -> Response:
 
 
 async def admin_tenants(request: Request) -> Response:
-    """Every tenant that has a token (configured or added over this API)."""
+    """Every tenant: ``{"id", "source": "config" | "api", "revoked"}``."""
     require_admin(request)
-    return reply({"tenants": sorted(service_of(request).tokens.tenants)})
+    return reply({"tenants": service_of(request).tenant_rows()})
 
 
 async def admin_put_tenant(request: Request) -> Response:
-    """``{"token_sha256"}``: add a tenant or rotate its token (config-file tenants win on a clash)."""
+    """``{"token_sha256"}``: add an API tenant or rotate its token (409 for a config-file tenant)."""
     require_admin(request)
-
     tenant = request.path_params["tenant"]
     if not TENANT_ID.match(tenant):
         raise HTTPError(400, f"Invalid tenant id '{tenant}': letters, digits, '.', '_' and '-' only")
+    body = await json_body(request)
+    unknown = sorted(set(body) - {"token_sha256"})
+    if unknown:
+        raise HTTPError(400, f"unknown field '{unknown[0]}' (expected token_sha256)")
     try:
-        sha = check_sha256(field(await json_body(request), "token_sha256", str), "token_sha256")
+        sha = check_sha256(body.get("token_sha256"), "token_sha256")
     except ServiceConfigError as exc:
         raise HTTPError(400, str(exc)) from None
-    service = service_of(request)
-    await service.storage.put_tenant(tenant, sha)
-    service.reload_tokens()
-    return reply({"tenant": tenant})
+    fresh = await service_of(request).put_tenant(tenant, sha)
+    return reply({"tenant": tenant}, 201 if fresh else 200)
 
 
 async def admin_delete_tenant(request: Request) -> Response:
-    """Revoke a tenant added over this API."""
+    """Revoke an API tenant (``?purge=true``: and remove its data now); 409 for a config-file tenant."""
     require_admin(request)
-    service = service_of(request)
-    if not await service.storage.delete_tenant(request.path_params["tenant"]):
-        raise HTTPError(404, f"No such tenant: {request.path_params['tenant']}")
-    service.reload_tokens()
+    purge = request.query_params.get("purge", "false")
+    if purge not in ("true", "false"):
+        raise HTTPError(400, "purge must be true or false")
+    await service_of(request).revoke_tenant(request.path_params["tenant"], purge=purge == "true")
     return Response(status_code=204)
 
 

@@ -1,52 +1,70 @@
-"""The running service: pool, egress, storage, tenants' scripts, regions and provider runtimes.
+"""The running service: pool, egress, storage, tenants and their scripts, regions and provider runtimes.
 
-    HTTP routes ──▶ Service ──┬── Storage (SQLite: scripts, persistent regions, provider state)
-                              ├── script files (a per-tenant copy of the stored scripts, rebuilt at start)
-                              ├── RegionBook ──▶ open_region(pool, …, tenant=)
+    HTTP routes ──▶ Service ──┬── Storage (SQLite: tenants, scripts, regions, provider tables and state)
+                              ├── ScriptIndex (each stored script's sha256 and size, in memory)
+                              ├── RegionBook ──▶ open_region(pool, …, source=, tenant=)
                               ├── ProviderRuntime per tenant ──▶ PoolExecutor(pool) + the shared Egress
                               └── Validator ──▶ pool.load (compile in a sandboxed worker)
 
-The database is the truth; the files exist because the region and provider runtimes load scripts by path
-(and providers reload on mtime), so a script PUT commits first and then replaces its file atomically.
+The database is the truth, and the only copy of a tenant's scripts: runtimes read a script's text from
+it (:class:`TenantScripts`) when its sha256 in the index changed, so nothing a tenant names becomes a
+file. Every change commits first and then changes memory; a refusal (quota, storage) leaves both as
+they were. Tenants have one source of truth each: the config file's ``[tenants.<id>]`` tables, read-only
+here, or the database's rows that the admin API writes; a token outside the current set never works.
 """
 
 from __future__ import annotations
 
-import inspect
+import json
 import logging
-import os
-import shutil
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
+from coordinator._core.config import TenantQuotas
 from coordinator._core.pool import Pool
-from coordinator.egress import Egress
+from coordinator.egress import Egress, EgressQuota, OperatorEgress, parse_operator_egress
 from coordinator.nodes.link import NodeListener
 from coordinator.providers import PoolExecutor, ProviderRuntime
+from coordinator.providers.config import (
+    ProviderConfigError,
+    ProviderTable,
+    parse_provider_table,
+    redacted_table,
+)
 from coordinator.service.auth import Tokens
-from coordinator.service.config import ServeConfig, load_service_config
+from coordinator.service.config import ServeConfig, TenantLimits, load_service_config
+from coordinator.service.errors import HTTPError, LimitReached
 from coordinator.service.regions import RegionBook
-from coordinator.service.storage import ScriptRow, Storage
+from coordinator.service.secrets import Sealer, SecretsUnavailable
+from coordinator.service.storage import ScriptRow, ScriptStamp, Storage
 from coordinator.service.validation import Validator
 
-__all__ = ["SCRIPT_DIRS", "Service", "with_tenant"]
+__all__ = ["Service", "TenantScripts"]
 
 log = logging.getLogger("rhaipool.service")
 
-SCRIPT_DIRS = {"provider": "providers", "region_hook": "region_hooks"}
 _CONFIG_CHECK_SECS = 1.0
-_accepts_tenant: dict[Any, bool] = {}
+_DAY = 86_400.0
 
 
-def with_tenant(fn: Any, tenant: str) -> dict[str, Any]:
-    """``{"tenant": tenant}`` when ``fn`` takes ``tenant=``, else nothing (entry points gain it over time)."""
-    key = getattr(fn, "__func__", fn)
-    known = _accepts_tenant.get(key)
-    if known is None:
-        known = _accepts_tenant[key] = "tenant" in inspect.signature(fn).parameters
-    return {"tenant": tenant} if known else {}
+class TenantScripts:
+    """One tenant's stored provider scripts as the provider runtime reads them (its ``ScriptSource``)."""
+
+    def __init__(self, service: Service, tenant: str) -> None:
+        self._service, self._tenant = service, tenant
+
+    def version(self, name: str) -> str | None:
+        """The script's sha256, or None when the tenant stores no provider of that name."""
+        stamp = self._service.scripts(self._tenant).get(("provider", name))
+        return None if stamp is None else stamp.sha256
+
+    async def read(self, name: str) -> str | None:
+        """Its text, from the database."""
+        row = await self._service.storage.get_script(self._tenant, "provider", name)
+        return None if row is None else row.content
 
 
 class Service:
@@ -62,31 +80,49 @@ class Service:
         self.storage: Storage
         self.regions: RegionBook
         self.validator: Validator
+        self.sealer = Sealer(None)
+        self.on_revoked: Callable[[frozenset[str]], None] = lambda tenants: None
+        """Told of tenants whose token stopped working (the gate ends their requests in flight)."""
         self._runtimes: dict[str, ProviderRuntime] = {}
+        self._scripts: dict[str, dict[tuple[str, str], ScriptStamp]] = {}
+        self._tables: dict[str, dict[str, ProviderTable]] = {}
+        self._api_tenants: dict[str, str] = {}
+        self._revoked: dict[str, float] = {}
         self._saved_loads: dict[tuple[str, str], Any] = {}
+        self._streams: dict[str, int] = {}
         self._config_stamp: Any = None
         self._config_checked = 0.0
-        self.files = config.database.with_name(config.database.name + ".scripts")
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the database, start the pool, rebuild the script files, restore persistent regions."""
+        """Open the database, start the pool, index the scripts, restore persistent regions."""
+        self.sealer = Sealer.from_key_file(self.config.secrets_key_file)
         self.storage = Storage(self.config.database)
-        self._refresh_tokens()
+        self._load_tenants()
         self._config_stamp = self._stamp()
         options = {"workers": self.config.workers, **self.pool_options}
         if self.config.local_workers is not None:
             options["workers"] = self.config.local_workers
             options.setdefault("spares", min(1, self.config.local_workers))  # 0: no local spare either
+        configured = {t: self.config.limits(t) for t in self.config.tenants}
+        dedicated = {t: lim.dedicated_workers for t, lim in configured.items() if lim.dedicated_workers}
+        if dedicated:
+            options.setdefault("dedicated_workers", dedicated)
+            groups = {t: lim.node_group for t, lim in configured.items() if lim.node_group and t in dedicated}
+            options.setdefault("dedicated_node_groups", groups)
         nodes = None if self.config.nodes is None else NodeListener.from_config(self.config.nodes)
         self.pool = await Pool(**options, nodes=nodes).__aenter__()
         self.egress = await Egress().__aenter__()
         self.validator = Validator(self.pool)
-        await self._materialize()
-        self.regions = RegionBook(self.pool, self.storage, self.script_dir)
+        for tenant, kind, name, stamp in self.storage.script_stamps():
+            self._scripts.setdefault(tenant, {})[(kind, name)] = stamp
+        self._load_tables()
+        self._apply_limits()
+        self.regions = RegionBook(self.pool, self.storage, self._region_source, self.limits)
         for problem in await self.regions.restore():
             log.warning("%s", problem)
+        await self._expire_revoked()
 
     async def stop(self) -> None:
         """Stop the pool and egress; close the database."""
@@ -105,23 +141,21 @@ class Service:
             return None
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
-    def reload_tokens(self) -> None:
-        """Rebuild the token table (after the admin API changed a tenant)."""
-        self._refresh_tokens()
-
-    def _refresh_tokens(self) -> None:
-        tenants = {**self.storage.tenants(), **self.config.tenants}
-        self.tokens = Tokens(tenants, self.config.admin_token_sha256)
+    def limits(self, tenant: str) -> TenantLimits:
+        """The tenant's limits as the config says now."""
+        return self.config.limits(tenant)
 
     def reload(self) -> None:
-        """Re-read the config file (tenants, tokens, provider tables); the last good one stays on error."""
+        """Re-read the config file (tenants, tokens, grants, limits, provider tables); the last good one
+        stays on error (ValueError)."""
         if self.config.source is not None:
             self._config_stamp = self._stamp()
             new = load_service_config(self.config.source)
             self.config = replace(new, database=self.config.database)  # the database cannot move live
-            for tenant, runtime in self._runtimes.items():
-                runtime.set_config(self._provider_config(tenant))
-        self._refresh_tokens()
+        self._load_tenants()
+        self._apply_limits()
+        for tenant, runtime in self._runtimes.items():
+            runtime.set_config(self._provider_config(tenant))
 
     def maybe_reload(self) -> None:
         """At most once a second: reload when the config file changed (token rotation without a signal)."""
@@ -135,49 +169,226 @@ class Service:
             except ValueError as exc:
                 log.warning("config reload failed, keeping the last good configuration: %s", exc)
 
+    def _apply_limits(self) -> None:
+        """Hand every tenant's pool and egress quotas to the pool and egress (start-up and reload)."""
+        config = self.config
+        tenants = set(config.tenants) | set(self._api_tenants)
+        self.pool.set_tenant_quotas(
+            _pool_quotas(config.tenant_defaults), {t: _pool_quotas(config.limits(t)) for t in tenants}
+        )
+        self.egress.set_tenant_quotas(
+            _egress_quotas(config.tenant_defaults), {t: _egress_quotas(config.limits(t)) for t in tenants}
+        )
+
+    # -- tenants ---------------------------------------------------------------------------------
+
+    def _load_tenants(self) -> None:
+        """The token table from the config file's tenants and the database's active ones."""
+        owned = self.storage.forget_tenant_rows(self.config.tenants)
+        for tenant in owned:
+            log.warning("tenant %s is defined in the config file: its admin-API row was dropped", tenant)
+        rows = self.storage.tenants()
+        self._api_tenants = {r.id: r.token_sha256 for r in rows if r.revoked_at is None}
+        self._revoked = {r.id: r.revoked_at for r in rows if r.revoked_at is not None}
+        self._set_tokens()
+
+    def _set_tokens(self) -> None:
+        before = self.tokens.tenants
+        self.tokens = Tokens({**self._api_tenants, **self.config.tenants}, self.config.admin_token_sha256)
+        self.tokens.add_reader(self.config.metrics_token_sha256)
+        gone = before - self.tokens.tenants
+        if gone:
+            self.on_revoked(frozenset(gone))
+
+    def tenant_rows(self) -> list[dict[str, Any]]:
+        """Every tenant the service knows, for the admin: its id, source and whether it is revoked."""
+        rows = [{"id": t, "source": "config", "revoked": False} for t in self.config.tenants]
+        rows += [{"id": t, "source": "api", "revoked": False} for t in self._api_tenants]
+        rows += [{"id": t, "source": "api", "revoked": True} for t in self._revoked]
+        return sorted(rows, key=lambda r: str(r["id"]))
+
+    def _config_owned(self, tenant: str) -> None:
+        if tenant in self.config.tenants:
+            raise HTTPError(
+                409,
+                f"tenant '{tenant}' is defined in the config file ([tenants.{tenant}]): change it there "
+                "and reload (SIGHUP); the admin API manages only tenants it added",
+            )
+
+    async def put_tenant(self, tenant: str, token_sha256: str) -> bool:
+        """Add an API tenant, rotate its token or reinstate it; whether it is new (or was revoked)."""
+        self._config_owned(tenant)
+        fresh = tenant not in self._api_tenants
+        await self.storage.put_tenant(tenant, token_sha256)
+        self._api_tenants[tenant] = token_sha256
+        reinstated = self._revoked.pop(tenant, None) is not None
+        if reinstated:
+            for problem in await self.regions.restore_tenant(tenant):
+                log.warning("%s", problem)
+        if tenant in self.tokens.tenants:  # a rotation: the old token stops now
+            self.on_revoked(frozenset({tenant}))
+        self._set_tokens()
+        self._apply_limits()
+        return fresh
+
+    async def revoke_tenant(self, tenant: str, *, purge: bool) -> None:
+        """Revoke an API tenant (its calls stop now; its data is kept for the retention) or purge it."""
+        self._config_owned(tenant)
+        if tenant not in self._api_tenants and tenant not in self._revoked:
+            raise HTTPError(404, f"No such tenant: {tenant}")
+        if purge:
+            await self.storage.purge_tenant(tenant)
+            self._revoked.pop(tenant, None)
+            self._scripts.pop(tenant, None)
+            self._tables.pop(tenant, None)
+        else:
+            now = time.time()
+            if await self.storage.revoke_tenant(tenant, now):
+                self._revoked[tenant] = now
+        self._api_tenants.pop(tenant, None)
+        self._set_tokens()
+        self._forget(tenant)
+
+    def _forget(self, tenant: str) -> None:
+        """Drop what memory holds of a tenant that cannot call any more (its rows stay unless purged)."""
+        self.regions.forget_tenant(tenant)
+        self._runtimes.pop(tenant, None)
+        for key in [k for k in self._saved_loads if k[0] == tenant]:
+            del self._saved_loads[key]
+
+    async def _expire_revoked(self) -> None:
+        """Purge revoked tenants whose retention ran out (at start-up and at every admin change)."""
+        deadline = time.time() - self.config.tenant_retention_days * _DAY
+        for tenant, at in list(self._revoked.items()):
+            if at < deadline:
+                log.warning(
+                    "tenant %s: revoked %s days ago, its data is purged",
+                    tenant,
+                    self.config.tenant_retention_days,
+                )
+                await self.storage.purge_tenant(tenant)
+                self._revoked.pop(tenant, None)
+                self._scripts.pop(tenant, None)
+                self._tables.pop(tenant, None)
+
     # -- scripts ---------------------------------------------------------------------------------
 
-    def script_dir(self, tenant: str, kind: str = "region_hook") -> Path:
-        """Where the tenant's scripts of ``kind`` are mirrored as files."""
-        return self.files / tenant / SCRIPT_DIRS[kind]
+    def scripts(self, tenant: str) -> dict[tuple[str, str], ScriptStamp]:
+        """The tenant's stored scripts by ``(kind, name)`` (in memory: no query)."""
+        return self._scripts.get(tenant, {})
 
-    def _write_file(self, tenant: str, row: ScriptRow) -> None:
-        folder = self.script_dir(tenant, row.kind)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{row.name}.rhai"
-        temp = folder / f".{row.name}.rhai.tmp"
-        temp.write_text(row.content, encoding="utf-8")
-        now = time.time_ns()
-        os.utime(temp, ns=(now, now))
-        os.replace(temp, path)
-
-    async def _materialize(self) -> None:
-        shutil.rmtree(self.files, ignore_errors=True)
-        for tenant, row in await self.storage.list_scripts():
-            self._write_file(tenant, row)
+    def script_bytes(self, tenant: str) -> int:
+        """Bytes of scripts the tenant stores."""
+        return sum(s.size for s in self.scripts(tenant).values())
 
     async def put_script(self, tenant: str, kind: str, name: str, content: str) -> ScriptRow:
-        """Store durably, then mirror to the file the runtimes load."""
+        """Store durably (within the tenant's script quotas), then index."""
+        limits = self.limits(tenant)
+        own = self.scripts(tenant)
+        old = own.get((kind, name))
+        try:
+            size = len(content.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise HTTPError(400, "script content is not valid Unicode (a lone surrogate)") from None
+        if old is None and len(own) >= limits.max_scripts:
+            raise LimitReached("max_scripts", f"the tenant already stores {limits.max_scripts} scripts")
+        total = self.script_bytes(tenant) - (old.size if old else 0) + size
+        if total > limits.max_script_bytes:
+            raise LimitReached(
+                "max_script_bytes",
+                f"the tenant's scripts would take {total} bytes, over its {limits.max_script_bytes}",
+                status=413,
+            )
         row = await self.storage.put_script(tenant, kind, name, content)
-        self._write_file(tenant, row)
+        self._scripts.setdefault(tenant, {})[(kind, name)] = ScriptStamp(row.sha256, size)
         return row
 
     async def delete_script(self, tenant: str, kind: str, name: str) -> bool:
-        """Delete durably, then remove the file; whether it existed."""
+        """Delete durably, then forget; whether it existed."""
         existed = await self.storage.delete_script(tenant, kind, name)
-        (self.script_dir(tenant, kind) / f"{name}.rhai").unlink(missing_ok=True)
+        self._scripts.get(tenant, {}).pop((kind, name), None)
         return existed
+
+    async def _region_source(self, tenant: str, name: str) -> str | None:
+        row = await self.storage.get_script(tenant, "region_hook", name)
+        return None if row is None else row.content
 
     # -- providers -------------------------------------------------------------------------------
 
+    def _load_tables(self) -> None:
+        """Tenants' own provider tables from the database; one that cannot be opened is set aside."""
+        for tenant, name, sealed in self.storage.provider_tables():
+            try:
+                raw = self.sealer.open(sealed)
+                table = parse_provider_table(
+                    name, raw, base_dir=self.config.database.parent, tenant_owned=True
+                )
+            except (SecretsUnavailable, ProviderConfigError, ValueError) as exc:
+                log.warning("provider table %s/%s set aside: %s", tenant, name, exc)
+                continue
+            self._tables.setdefault(tenant, {})[name] = table
+
+    def _tables_of(self, tenant: str) -> tuple[tuple[str, ProviderTable], ...]:
+        """The operator's tables granted to the tenant, then its own (granted names cannot be its own)."""
+        granted = self.config.grants.get(tenant, ())
+        operator = self.config.providers
+        rows = [(name, t) for name in granted if (t := operator.table(name)) is not None]
+        rows += sorted(self._tables.get(tenant, {}).items())
+        return tuple(rows)
+
     def _provider_config(self, tenant: str) -> Any:
-        folder = self.script_dir(tenant, "provider")
         return replace(
-            self.config.providers, providers_dir=folder, dir_override=folder, tenants=True, source=None
+            self.config.providers,
+            providers=self._tables_of(tenant),
+            tenants=True,
+            source=None,
+            call_timeout_secs=self.limits(tenant).provider_call_secs,
+            operator_egress=self._operator_egress(),
         )
 
+    def _operator_egress(self) -> OperatorEgress | None:
+        return parse_operator_egress(self.config.egress) if self.config.egress else None
+
+    def provider_config(self, tenant: str, name: str) -> dict[str, Any] | None:
+        """The tenant's own table of that name with its secrets hidden, or None."""
+        table = self._tables.get(tenant, {}).get(name)
+        return None if table is None else redacted_table(table)
+
+    async def put_provider_config(self, tenant: str, name: str, raw: dict[str, Any]) -> dict[str, Any]:
+        """Set the tenant's own provider table (sealed at rest); its redacted copy."""
+        if name in self.config.grants.get(tenant, ()):
+            raise HTTPError(
+                409,
+                f"provider '{name}' is granted to this tenant by the operator: its table is not the tenant's",
+            )
+        try:
+            table = parse_provider_table(name, raw, base_dir=self.config.database.parent, tenant_owned=True)
+        except ProviderConfigError as exc:
+            raise HTTPError(400, str(exc)) from None
+        redacted = redacted_table(table)
+        try:
+            sealed = self.sealer.seal(raw, secret="********" in json.dumps(redacted))
+        except SecretsUnavailable as exc:
+            raise HTTPError(409, str(exc)) from None
+        await self.storage.put_provider_table(tenant, name, sealed)
+        self._tables.setdefault(tenant, {})[name] = table
+        self._reconfigure(tenant)
+        return redacted
+
+    async def delete_provider_config(self, tenant: str, name: str) -> bool:
+        """Remove the tenant's own table; whether it had one."""
+        existed = await self.storage.delete_provider_table(tenant, name)
+        if self._tables.get(tenant, {}).pop(name, None) is not None:
+            self._reconfigure(tenant)
+        return existed
+
+    def _reconfigure(self, tenant: str) -> None:
+        runtime = self._runtimes.get(tenant)
+        if runtime is not None:
+            runtime.set_config(self._provider_config(tenant))
+
     async def remember_provider(self, tenant: str, loaded: Any) -> None:
-        """Store what ``initialize`` returned, once per load (the database holds the tenant's state)."""
+        """Store what ``initialize`` returned, once per load (placeholders only: nothing secret)."""
         key = (tenant, loaded.name)
         if self._saved_loads.get(key) is loaded:
             return
@@ -185,23 +396,52 @@ class Service:
         await self.storage.save_provider_state(tenant, loaded.name, loaded.state)
 
     def rate_limit_waits(self) -> list[tuple[str, str, str, int, float]]:
-        """``(tenant, provider, cause, waits, seconds)`` of every provider with a rate limit (metrics).
-
-        ``cause`` is ``window`` (its RPM/TPM windows were full) or ``429`` (the API answered 429). The
-        limiters are the runtimes' own (``ProviderRuntime._limiters``: one per provider with a limit).
-        """
+        """``(tenant, provider, cause, waits, seconds)`` of every provider with a rate limit (metrics)."""
         rows = []
         for tenant, runtime in sorted(self._runtimes.items()):
-            limiters: dict[str, Any] = getattr(runtime, "_limiters", {})
-            for provider, (_limit, window, backoff) in sorted(limiters.items()):
-                rows.append((tenant, provider, "window", window.waits, window.waited_seconds))
-                rows.append((tenant, provider, "429", backoff.waits, backoff.waited_seconds))
+            for provider, cause, waits, seconds in runtime.rate_limit_waits():
+                rows.append((tenant, provider, cause, waits, seconds))
         return rows
 
     def runtime(self, tenant: str) -> ProviderRuntime:
-        """The tenant's provider runtime (its own scripts directory; the shared pool and egress)."""
+        """The tenant's provider runtime (its scripts from the database; the shared pool and egress)."""
         runtime = self._runtimes.get(tenant)
         if runtime is None:
-            runtime = ProviderRuntime(PoolExecutor(self.pool), self.egress, self._provider_config(tenant))
+            runtime = ProviderRuntime(
+                PoolExecutor(self.pool),
+                self.egress,
+                self._provider_config(tenant),
+                source=TenantScripts(self, tenant),
+            )
             self._runtimes[tenant] = runtime
         return runtime
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def stream_slot(self, tenant: str) -> AsyncIterator[None]:
+        """Hold one of the tenant's ``max_streams`` while a stream is open."""
+        limit = self.limits(tenant).max_streams
+        held = self._streams.get(tenant, 0)
+        if held >= limit:
+            raise LimitReached("max_streams", f"the tenant already has {limit} streams open")
+        self._streams[tenant] = held + 1
+        try:
+            yield
+        finally:
+            self._streams[tenant] -= 1
+
+
+def _pool_quotas(limits: TenantLimits) -> TenantQuotas:
+    return TenantQuotas(
+        max_calls=limits.max_calls,
+        max_inflight=limits.max_inflight,
+        max_queued=limits.max_queued,
+        cpu_seconds_per_minute=limits.cpu_seconds_per_minute,
+        max_loaded_scripts=limits.max_loaded_scripts,
+        max_loaded_script_bytes=limits.max_loaded_script_bytes,
+    )
+
+
+def _egress_quotas(limits: TenantLimits) -> EgressQuota:
+    return EgressQuota(max_inflight=limits.egress_max_inflight, max_bytes=limits.egress_max_bytes)

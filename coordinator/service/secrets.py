@@ -1,0 +1,84 @@
+"""Tenants' provider tables at rest: sealed with a key the operator supplies, never stored in clear.
+
+A table a tenant sets over ``PUT /api/providers/{name}/config`` may carry secret values (its
+``api_key``, its ``env`` entries). The database holds it sealed with Fernet (AES-128-CBC and
+HMAC-SHA256, from the ``cryptography`` package) under the key in ``[serve] secrets_key_file`` or, when
+that is not set, the ``RHAIPOOL_SECRETS_KEY`` environment variable; a copy of the database file alone
+reveals nothing. Without a key, a table holding a secret value is refused (nothing is stored in clear),
+and a table without one is stored as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Final
+
+from cryptography.fernet import Fernet, InvalidToken
+
+from coordinator.service.errors import ServiceConfigError
+
+__all__ = ["KEY_ENV", "Sealer", "SecretsUnavailable"]
+
+KEY_ENV: Final = "RHAIPOOL_SECRETS_KEY"
+_SEALED: Final = "fernet:"
+_PLAIN: Final = "plain:"
+
+
+class SecretsUnavailable(ServiceConfigError):
+    """A sealed table cannot be opened (no key, or another key than the one that sealed it)."""
+
+
+class Sealer:
+    """Seals and opens provider tables with one key (or refuses to hold secrets without one)."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self._fernet = None if key is None else Fernet(key)
+
+    @classmethod
+    def from_key_file(cls, path: Path | None) -> Sealer:
+        """The sealer of ``[serve] secrets_key_file`` (else ``$RHAIPOOL_SECRETS_KEY``, else none)."""
+        try:
+            text = path.read_text(encoding="ascii").strip() if path is not None else os.environ.get(KEY_ENV)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ServiceConfigError(f"[serve] secrets_key_file: cannot read {path}: {exc}") from exc
+        if not text:
+            return cls(None)
+        try:
+            return cls(text.encode())
+        except ValueError:
+            raise ServiceConfigError(
+                "[serve] secrets_key_file must hold a Fernet key (32 url-safe base64 bytes: "
+                "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())')"
+            ) from None
+
+    @property
+    def can_seal(self) -> bool:
+        """Whether a key is configured."""
+        return self._fernet is not None
+
+    def seal(self, table: dict[str, Any], *, secret: bool) -> str:
+        """The text to store; ``secret`` tables need a key (:class:`SecretsUnavailable` otherwise)."""
+        text = json.dumps(table, sort_keys=True)
+        if self._fernet is not None:
+            return _SEALED + self._fernet.encrypt(text.encode()).decode("ascii")
+        if secret:
+            raise SecretsUnavailable(
+                "the operator has configured no secrets key ([serve] secrets_key_file), so a provider "
+                "table with secret values cannot be stored"
+            )
+        return _PLAIN + text
+
+    def open(self, sealed: str) -> dict[str, Any]:
+        """The table back; :class:`SecretsUnavailable` when it cannot be opened with this key."""
+        if sealed.startswith(_PLAIN):
+            table: dict[str, Any] = json.loads(sealed[len(_PLAIN) :])
+            return table
+        if self._fernet is None:
+            raise SecretsUnavailable("a sealed provider table needs [serve] secrets_key_file to be opened")
+        try:
+            opened: dict[str, Any] = json.loads(self._fernet.decrypt(sealed[len(_SEALED) :].encode()))
+        except (InvalidToken, ValueError):
+            raise SecretsUnavailable("a sealed provider table does not open with this secrets key") from None
+        return opened
