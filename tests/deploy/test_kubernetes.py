@@ -1,10 +1,15 @@
-"""deploy/k8s: every manifest against the Kubernetes OpenAPI schemas of a pinned version (offline, strict:
-an unknown field fails), then what the schemas cannot say: the security settings, that the pieces
-point at each other (labels, ports, key files, the metric), and that the config is one the service reads.
+"""deploy/k8s: every manifest (the placeholder Secrets under secrets/ included, and what the kustomization
+builds) against the Kubernetes OpenAPI schemas of a pinned version (offline, strict: an unknown field
+fails), then what the schemas cannot say: the security settings, that the pieces point at each other
+(labels, ports, key files, the metric), that the config is one the service reads, that nodes can join
+a coordinator that is not ready yet, that an edited config reaches the pod, that a bulk apply leaves the
+Secrets alone and that the NetworkPolicies admit only what deploy/README.md says.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -24,10 +29,19 @@ IMAGE_UID = 10001  # the Dockerfile's USER
 Doc = dict[str, Any]
 
 
+KUSTOMIZATION = K8S / "kustomization.yaml"
+
+
+def manifests() -> list[Path]:
+    """Every Kubernetes manifest in deploy/k8s, sub-folders included (the kustomization is not one)."""
+    return sorted(p for p in K8S.rglob("*.yaml") if p != KUSTOMIZATION)
+
+
 def documents() -> list[tuple[str, Doc]]:
     found = []
-    for path in sorted(K8S.glob("*.yaml")):
-        found += [(path.name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    for path in manifests():
+        name = str(path.relative_to(K8S))
+        found += [(name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
     return found
 
 
@@ -114,7 +128,7 @@ def test_nodes_join_the_service_with_their_keys() -> None:
     assert args[0] == "node"
     option = dict(zip(args[1::2], args[2::2], strict=True))
     assert set(option) == {"--join", "--secret-key", "--server-key", "--workers"}
-    service = one("Service", "rhaipool")
+    service = one("Service", "rhaipool-nodes")
     nodes_port = next(p for p in service["spec"]["ports"] if p["name"] == "nodes")
     assert option["--join"] == f"tcp://{service['metadata']['name']}:{nodes_port['port']}"
     assert nodes_port["targetPort"] == "nodes"
@@ -146,11 +160,36 @@ def test_service_config_is_read_by_the_service_and_matches_the_pod() -> None:
     assert "subPath" not in authorized and "subPath" not in keys
 
 
+def test_nodes_reach_a_coordinator_that_is_not_ready_yet() -> None:
+    """With local_workers = 0, /readyz is false until a node joins: the node port must not wait for it."""
+    assert config()["serve"]["local_workers"] == 0
+    service_labels = one("Deployment", "rhaipool-service")["spec"]["template"]["metadata"]["labels"]
+    joined = one("Service", "rhaipool-nodes")["spec"]
+    assert joined["publishNotReadyAddresses"] is True
+    assert joined["selector"].items() <= service_labels.items()
+    assert [p["name"] for p in joined["ports"]] == ["nodes"], "only the CurveZMQ port skips readiness"
+    api = one("Service", "rhaipool")["spec"]
+    assert not api.get("publishNotReadyAddresses") and [p["name"] for p in api["ports"]] == ["http"]
+
+
+def test_the_config_is_mounted_as_a_folder_so_an_edit_reaches_the_pod() -> None:
+    mount = mount_of("rhaipool-service", "configMap", "rhaipool-config")
+    assert "subPath" not in mount and mount["readOnly"] is True, "a subPath mount never sees an edit"
+    args = one("Deployment", "rhaipool-service")["spec"]["template"]["spec"]["containers"][0]["args"]
+    config_file = Path(args[args.index("--config") + 1])
+    assert config_file.parent == Path(mount["mountPath"])
+    assert config_file.name in one("ConfigMap", "rhaipool-config")["data"]
+    secrets_key = mount_of("rhaipool-service", "secret", "rhaipool-secrets-key")
+    key_file = Path(config()["serve"]["secrets_key_file"])
+    assert key_file.parent == Path(secrets_key["mountPath"]) and "subPath" not in secrets_key
+    assert key_file.name in one("Secret", "rhaipool-secrets-key")["stringData"]
+
+
 def test_service_probes_and_single_writer() -> None:
     deployment = one("Deployment", "rhaipool-service")["spec"]
     assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}
     container = deployment["template"]["spec"]["containers"][0]
-    assert container["args"] == ["serve", "--config", "/etc/rhaipool/rhaipool.toml"]
+    assert container["args"] == ["serve", "--config", "/etc/rhaipool/config/rhaipool.toml"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
@@ -199,3 +238,63 @@ def test_autoscaler_scales_nodes_on_the_queue_depth_the_service_exports() -> Non
     exporter = (ROOT / "coordinator" / "service" / "metrics.py").read_text()
     assert f'"{name}"' in exporter, "the HPA scales on a metric the service does not export"
     assert 1 <= hpa["minReplicas"] < hpa["maxReplicas"]
+
+
+def test_the_coordinator_admits_on_its_http_port_only_the_peers_the_readme_names() -> None:
+    policy = one("NetworkPolicy", "rhaipool-service")["spec"]
+    http_port = container_port("rhaipool-service", "http")
+    nodes_port = container_port("rhaipool-service", "nodes")
+    peers = []
+    for rule in policy["ingress"]:
+        assert rule.get("from") and rule.get("ports"), "a rule without peers or ports admits everything"
+        ports = {(p["protocol"], p["port"]) for p in rule["ports"]}
+        assert ports in ({("TCP", http_port)}, {("TCP", nodes_port)})
+        if ports == {("TCP", http_port)}:
+            peers += rule["from"]
+    assert sorted(map(str, peers)) == sorted(
+        map(
+            str,
+            [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+                {"podSelector": {"matchLabels": {"rhaipool.io/client": "true"}}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+            ],
+        )
+    )
+    readme = (ROOT / "deploy" / "README.md").read_text()
+    for said in ("ingress-nginx", "rhaipool.io/client", "monitoring", "metrics_token_sha256"):
+        assert said in readme, f"deploy/README.md does not say who is admitted ({said})"
+
+
+def _kustomization() -> Doc:
+    doc: Doc = yaml.safe_load(KUSTOMIZATION.read_text())
+    return doc
+
+
+def test_the_kustomization_applies_every_manifest_but_the_secrets() -> None:
+    doc = _kustomization()
+    assert set(doc) == {"apiVersion", "kind", "resources"}
+    assert (doc["apiVersion"], doc["kind"]) == ("kustomize.config.k8s.io/v1beta1", "Kustomization")
+    top_level = sorted(p.name for p in manifests() if p.parent == K8S)
+    assert sorted(doc["resources"]) == top_level, "a manifest the bulk apply would skip (or a missing one)"
+    for name in doc["resources"]:
+        kinds = {d["kind"] for d in yaml.safe_load_all((K8S / name).read_text()) if d}
+        assert "Secret" not in kinds, f"{name}: a bulk apply would overwrite the real keys"
+    secrets = [d for f, d in documents() if d["kind"] == "Secret"]
+    assert secrets and all(f.startswith("secrets/") for f, d in documents() if d["kind"] == "Secret")
+
+
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) is not installed"
+)
+def test_what_the_kustomization_builds_is_valid_and_holds_no_secret() -> None:
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert built.returncode == 0, built.stderr
+    docs = [d for d in yaml.safe_load_all(built.stdout) if d is not None]
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    assert "Secret" not in {d["kind"] for d in docs}
+    expected = {(d["kind"], d["metadata"]["name"]) for f, d in documents() if not f.startswith("secrets/")}
+    assert {(d["kind"], d["metadata"]["name"]) for d in docs} == expected
