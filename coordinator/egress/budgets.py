@@ -15,6 +15,11 @@ and every request counts against the tenant's **egress requests in flight**: def
 ``EgressLimits.tenant_requests``; a request over it queues up to ``EgressLimits.request_wait``
 (default 30 s) for one of the tenant's own requests to finish.
 
+The two per-tenant quotas can be changed live, for every tenant and for one
+(:meth:`TenantBudgets.set_quotas`, ``Egress.set_tenant_quotas``; the service's ``egress_max_inflight``
+and ``egress_max_bytes``): requests and bodies already in flight keep what they hold, the next ones
+see the new bound, and raising it lets waiters in at once.
+
 A read that finds no room waits up to ``EgressLimits.wait`` (default 2 s) for others to hand their
 bodies over, then fails with its own typed error (``coordinator.egress.errors``: a ``HostError``
 subclass, so the script sees a ``transport`` map with ``transient: true`` and the provider retry
@@ -29,7 +34,9 @@ import asyncio
 import contextlib
 import itertools
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from coordinator.egress.errors import (
     EgressBudgetExhausted,
@@ -39,7 +46,7 @@ from coordinator.egress.errors import (
     TenantResponseBytesExceeded,
 )
 
-__all__ = ["ByteBudget", "EgressLimits", "Reservation", "TenantBudgets"]
+__all__ = ["ByteBudget", "EgressLimits", "EgressQuota", "Reservation", "TenantBudgets"]
 
 _MIB = 1024 * 1024
 
@@ -54,6 +61,30 @@ class EgressLimits:
     tenant_requests: int | None = 128
     wait: float = 2.0
     request_wait: float = 30.0
+
+
+class EgressQuota(NamedTuple):
+    """One tenant's egress quotas; ``None`` switches one off (a plain 2-tuple is accepted too).
+
+    ``max_inflight``: requests in flight (the service's ``egress_max_inflight``); ``max_bytes``:
+    response bytes held (``egress_max_bytes``).
+    """
+
+    max_inflight: int | None = None
+    max_bytes: int | None = None
+
+
+def checked_quota(quota: tuple[int | None, int | None]) -> EgressQuota:
+    """``quota`` as an :class:`EgressQuota`; ValueError for a bound that is not a positive int or None."""
+    made = EgressQuota(*quota)
+    for name, value in (("egress_max_inflight", made.max_inflight), ("egress_max_bytes", made.max_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer or None, not {value!r}")
+    return made
+
+
+#: The size of a quota switched off live while some of a tenant's requests still hold units of it.
+_UNBOUNDED = 1 << 62
 
 
 @dataclass(eq=False, slots=True)
@@ -116,6 +147,11 @@ class ByteBudget:
                 self._wake()  # a head that gave up may have been blocking smaller ones
         return granted
 
+    def resize(self, total: int) -> None:
+        """A new bound, live: what is held stays held; waiters that now fit are let in."""
+        self.total = total
+        self._wake()
+
     def release(self, n: int) -> None:
         """Give ``n`` units back and grant waiters in order (safe in a ``finally``)."""
         if n > 0:
@@ -154,18 +190,19 @@ class Reservation:
         self, owner: TenantBudgets, pool: ByteBudget, error: type[EgressBudgetExhausted], tenant: str
     ) -> None:
         self._owner, self._pool, self._error, self.tenant = owner, pool, error, tenant
+        self._quota = owner.tenant_bytes(tenant)  # the one it holds bytes of, even if quotas change
         self.held = 0
         self.ticket = next(owner.tickets)
 
     async def grow(self, n: int) -> None:
         """Hold ``n`` more bytes, or raise the typed error of whichever bound had no room."""
         owner, wait = self._owner, self._owner.limits.wait
-        quota = owner.tenant_bytes(self.tenant)
+        quota = self._quota
         if quota is not None and not await quota.acquire(n, wait, held=self.held, ticket=self.ticket):
             owner.refusals[TenantResponseBytesExceeded.limit] += 1
             raise TenantResponseBytesExceeded(
                 f"egress refused: tenant {self.tenant!r} already holds its {quota.total}-byte quota of "
-                "response bytes in flight (EgressLimits.tenant_response_bytes)",
+                "response bytes in flight (egress_max_bytes, EgressLimits.tenant_response_bytes)",
                 tenant=self.tenant,
             )
         if not await self._pool.acquire(n, wait, held=self.held, ticket=self.ticket):
@@ -192,9 +229,8 @@ class Reservation:
 
     def _give_back(self, n: int) -> None:
         self._pool.release(n)
-        quota = self._owner.tenant_bytes(self.tenant)
-        if quota is not None:
-            quota.release(n)
+        if self._quota is not None:
+            self._quota.release(n)
 
 
 class TenantBudgets:
@@ -206,6 +242,9 @@ class TenantBudgets:
         self.streams = ByteBudget(self.limits.stream_bytes)
         self._bytes: dict[str, ByteBudget] = {}
         self._requests: dict[str, ByteBudget] = {}
+        self.default_quota = EgressQuota(self.limits.tenant_requests, self.limits.tenant_response_bytes)
+        self.quotas: dict[str, EgressQuota] = {}
+        """Per-tenant overrides of ``default_quota`` (:meth:`set_quotas`)."""
         self.tickets = itertools.count()  # each body's age, for the deadlock rule
         self.refusals: Counter[str] = Counter()
         """Refusals so far by ``limit`` name (a bounded label set, for metrics)."""
@@ -219,15 +258,36 @@ class TenantBudgets:
             "tenants": len(self._requests),
         }
 
+    def quota(self, tenant: str) -> EgressQuota:
+        """The quotas that apply to ``tenant`` now."""
+        return self.quotas.get(tenant, self.default_quota)
+
+    def set_quotas(
+        self,
+        default: tuple[int | None, int | None],
+        per_tenant: Mapping[str, tuple[int | None, int | None]] | None = None,
+    ) -> None:
+        """Replace every tenant's quotas, live: ``default`` for all, ``per_tenant`` overrides by tenant id.
+
+        Requests and bodies in flight keep what they hold; a lowered bound applies to the next unit
+        asked for, a raised one lets waiting requests in at once.
+        """
+        quotas = {tenant: checked_quota(q) for tenant, q in (per_tenant or {}).items()}
+        self.default_quota, self.quotas = checked_quota(default), quotas
+        for table, field_of in ((self._requests, "max_inflight"), (self._bytes, "max_bytes")):
+            for tenant, budget in table.items():
+                total = getattr(self.quota(tenant), field_of)
+                budget.resize(_UNBOUNDED if total is None else total)
+
     def tenant_bytes(self, tenant: str) -> ByteBudget | None:
         """The tenant's response-bytes quota (``None`` when switched off)."""
-        return self._per_tenant(self._bytes, tenant, self.limits.tenant_response_bytes)
+        return self._per_tenant(self._bytes, tenant, self.quota(tenant).max_bytes)
 
     def _per_tenant(self, table: dict[str, ByteBudget], tenant: str, total: int | None) -> ByteBudget | None:
-        if total is None:
-            return None
         budget = table.get(tenant)
         if budget is None:
+            if total is None:
+                return None
             budget = table[tenant] = ByteBudget(total)
         return budget
 
@@ -258,12 +318,12 @@ class _Request:
 
     async def __aenter__(self) -> Reservation:
         owner, tenant = self._owner, self._tenant
-        slots = owner._per_tenant(owner._requests, tenant, owner.limits.tenant_requests)
+        slots = owner._per_tenant(owner._requests, tenant, owner.quota(tenant).max_inflight)
         if slots is not None and not await slots.acquire(1, owner.limits.request_wait):
             owner.refusals[TenantRequestsExceeded.limit] += 1
             raise TenantRequestsExceeded(
                 f"egress refused: tenant {tenant!r} already has {slots.total} requests in flight "
-                "(EgressLimits.tenant_requests)",
+                "(egress_max_inflight, EgressLimits.tenant_requests)",
                 tenant=tenant,
             )
         self._slots = slots

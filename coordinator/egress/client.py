@@ -35,7 +35,7 @@ import functools
 import re
 import ssl
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,7 +47,7 @@ from yarl import URL
 
 from coordinator.egress import timeouts
 from coordinator.egress.body import body_chunks, decode_lossy, read_capped, readable_text
-from coordinator.egress.budgets import EgressLimits, Reservation, TenantBudgets
+from coordinator.egress.budgets import EgressLimits, EgressQuota, Reservation, TenantBudgets
 from coordinator.egress.connect import NoAllowedAddress, PolicyResolver, check_literal, keepalive_socket
 from coordinator.egress.encoding import ACCEPT_ENCODING
 from coordinator.egress.errors import (
@@ -61,6 +61,7 @@ from coordinator.egress.errors import (
     transport_error,
 )
 from coordinator.egress.policy import EgressDenied, EgressPolicy
+from coordinator.egress.secrets import SecretMisuse
 from coordinator.egress.sse import SseFramer
 
 __all__ = ["CONNECT_TIMEOUT_SECS", "MAX_REDIRECTS", "Egress"]
@@ -84,7 +85,10 @@ class _Request:
     body: bytes | None
     headers: CIMultiDict[str]
     written: str
-    """The URL as written (messages name its host as written: ``::ffff:127.0.0.1``, not normalised)."""
+    """The URL as written (messages name its host as written: ``::ffff:127.0.0.1``, not normalised),
+    secret placeholders still in place."""
+    secret: bool = False
+    """Real secret values were put in (tenant mode, ``secrets.py``): it may not leave its origin."""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -94,6 +98,18 @@ def _port_of(url: str) -> int | None:
     after_host = urlsplit(url).netloc.rpartition("@")[2].rpartition("]")[2]
     _, colon, digits = after_host.rpartition(":")
     return int(digits) if colon and digits.isdigit() else None
+
+
+def _redacted(policy: EgressPolicy, error: HostError) -> HostError:
+    """``error`` with the provider's real secret values turned back into placeholders (tenant mode)."""
+    assert policy.secrets is not None
+    message = error.value.get("message")
+    if isinstance(message, str):
+        error.value["message"] = policy.secrets.redact(message)
+        error.args = (error.value["message"],)
+    if error.server_text is not None:
+        error.server_text = policy.secrets.redact(error.server_text)
+    return error
 
 
 def _same_origin(a: URL, b: URL) -> bool:
@@ -121,6 +137,16 @@ class Egress:
         self.requests_sent = 0
         self.responses: Counter[tuple[str, str]] = Counter()
         """Requests by (provider, status class ``"2xx"``..``"5xx"``; ``"error"``: no answer; ``"denied"``)."""
+
+    def set_tenant_quotas(
+        self,
+        default: EgressQuota | tuple[int | None, int | None],
+        per_tenant: Mapping[str, EgressQuota | tuple[int | None, int | None]] | None = None,
+    ) -> None:
+        """Set every tenant's egress quotas live, ``(max_inflight, max_bytes)`` each (None: off):
+        ``default`` for all tenants, ``per_tenant`` overrides by tenant id (``budgets.py``);
+        ValueError for a bound that is not a positive integer."""
+        self.budgets.set_quotas(default, per_tenant)
 
     async def __aenter__(self) -> Egress:
         return self
@@ -168,21 +194,25 @@ class Egress:
     def _build(
         self, policy: EgressPolicy, method: str, url: str, body: str | None, headers: dict[str, str]
     ) -> _Request:
-        policy.check_url(url)
+        host = policy.check_url(url)
         port = _port_of(url)
         if port is not None and not 0 < port < 65536:
             raise InvalidRequest(f"invalid port {port} in {url!r}")
-        try:
-            target = URL(url)
-        except ValueError as exc:
-            raise InvalidRequest(f"invalid URL {url!r}: {exc}") from exc
         for name, value in headers.items():
             if not _TOKEN.fullmatch(name) or "\r" in value or "\n" in value:
                 raise InvalidRequest(
                     f"invalid header {name!r}: not an HTTP header name, or a line break in its value"
                 )
+        sent_url, sent_headers = url, headers
+        if policy.secrets is not None:
+            sent_url, sent_headers = policy.secrets.fill(host, url, body, headers)
+        try:
+            target = URL(sent_url)
+        except ValueError as exc:
+            raise InvalidRequest(f"invalid URL {url!r}: {exc}") from None
         content = body.encode("utf-8") if body is not None else None
-        return _Request(method, target, content, CIMultiDict(headers), url)
+        secret = sent_url is not url or sent_headers is not headers
+        return _Request(method, target, content, CIMultiDict(sent_headers), url, secret)
 
     async def _open(self, policy: EgressPolicy, request: _Request) -> aiohttp.ClientResponse:
         check_literal(policy, request.url, request.written)
@@ -217,6 +247,12 @@ class Egress:
                 return response
             target = response.url.join(URL(location))
             if not _same_origin(target, request.url):
+                if request.secret:
+                    response.release()
+                    raise SecretMisuse(
+                        f"egress refused: a redirect to another origin of a request carrying provider "
+                        f"{policy.provider!r}'s secret (HTTP {response.status})"
+                    )
                 return response
             response.release()
             method, headers, content = request.method, request.headers.copy(), request.body
@@ -224,7 +260,7 @@ class Egress:
                 method, content = ("HEAD" if method == "HEAD" else "GET"), None
                 for name in _BODY_HEADERS:
                     headers.popall(name, None)
-            request = _Request(method, target, content, headers, str(target))
+            request = _Request(method, target, content, headers, str(target), request.secret)
             policy.check_url(str(target))
         raise TooManyRedirects(f"too many redirects (more than {MAX_REDIRECTS})")
 
@@ -268,7 +304,13 @@ class Egress:
         The body's bytes count against the budgets until the text is returned (``budgets.py``).
         """
         async with self.budgets.request(tenant, "response") as reservation:
-            return await self._fetch(policy, method, url, body, headers, timeout, on_send, reservation)
+            if policy.secrets is None or not len(policy.secrets):
+                return await self._fetch(policy, method, url, body, headers, timeout, on_send, reservation)
+            try:
+                text = await self._fetch(policy, method, url, body, headers, timeout, on_send, reservation)
+            except HostError as exc:
+                raise _redacted(policy, exc) from None
+            return policy.secrets.redact(text)
 
     async def _fetch(
         self, policy: EgressPolicy, method: str, url: str, body: str | None, headers: dict[str, str] | None,
@@ -311,8 +353,16 @@ class Egress:
         Bytes read but not yet handed over as events count against the budgets (``budgets.py``).
         """
         async with self.budgets.request(tenant, "stream") as reservation:
-            async for payload in self._stream(policy, url, body, headers, timeout, on_send, reservation):
-                yield payload
+            payloads = self._stream(policy, url, body, headers, timeout, on_send, reservation)
+            if policy.secrets is None or not len(policy.secrets):
+                async for payload in payloads:
+                    yield payload
+                return
+            try:
+                async for payload in payloads:
+                    yield policy.secrets.redact(payload)
+            except HostError as exc:
+                raise _redacted(policy, exc) from None
 
     async def _stream(
         self, policy: EgressPolicy, url: str, body: str, headers: dict[str, str] | None, timeout: float,

@@ -4,9 +4,10 @@ Single-tenant mode (the default): the provider's ``[model_providers.<name>.env]`
 the host environment with credential-shaped names hidden unless allow-listed (``[security]
 allow_env_vars`` or the provider's own ``allow_env_vars``; case-insensitive, exact). On top of SPEC
 §3.19's list, names containing ``PASS``, ``PWD``, ``CREDS``, ``_SK``, ``PEM``, ``WEBHOOK`` or
-``CONNECTION_STRING`` are hidden, and so is a ``*_URI``/``*_URL`` variable whose value carries
-``user:password@``. Tenant mode: only the provider's ``env`` table and the host variables its own
-``allow_env_vars`` names.
+``CONNECTION_STRING`` are hidden, and so is a ``*_URI``/``*_URL`` variable, or any name ending in
+``PROXY`` (``HTTPS_PROXY``, ``all_proxy``, ``NO_PROXY``...), whose value carries ``user:password@``.
+Tenant mode: only the provider's ``env`` table and the host variables its own ``allow_env_vars``
+names, and the script gets each value's placeholder, never the value (``secrets.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from coordinator.egress.secrets import Secrets
 
 __all__ = ["EnvResolver", "carries_password", "is_credential_shaped"]
 
@@ -68,9 +71,9 @@ def is_credential_shaped(name: str) -> bool:
 
 
 def carries_password(name: str, value: str) -> bool:
-    """A ``*_URI``/``*_URL`` variable whose value embeds ``user:password@`` (a connection URL)."""
+    """A ``*_URI``/``*_URL`` or ``*PROXY`` variable whose value embeds ``user:password@``."""
     upper = name.upper()
-    is_url_name = upper in ("URI", "URL") or "_URI" in upper or "_URL" in upper
+    is_url_name = upper in ("URI", "URL") or "_URI" in upper or "_URL" in upper or upper.endswith("PROXY")
     return is_url_name and _USERINFO_PASSWORD.search(value) is not None
 
 
@@ -83,6 +86,8 @@ class EnvResolver:
     allow: frozenset[str] = frozenset()
     tenant_mode: bool = False
     environ: Mapping[str, str] | None = None
+    secrets: Secrets | None = None
+    """Tenant mode: every value found is handed out as its placeholder (``secrets.py``)."""
 
     @classmethod
     def build(
@@ -93,20 +98,22 @@ class EnvResolver:
         allow: tuple[str, ...] = (),
         tenant_mode: bool = False,
         environ: Mapping[str, str] | None = None,
+        secrets: Secrets | None = None,
     ) -> EnvResolver:
         """Normalise the allow-list to upper case."""
-        return cls(provider, configured, frozenset(a.upper() for a in allow), tenant_mode, environ)
+        return cls(provider, configured, frozenset(a.upper() for a in allow), tenant_mode, environ, secrets)
 
     def get(self, name: object) -> str | None:
         """The value the script sees, or None for ``()``."""
         if not isinstance(name, str):
             return None
+        if self.tenant_mode:
+            value = self._tenant_value(name)
+            return self.secrets.placeholder(value) if value and self.secrets is not None else value
         values = dict(self.configured)
         if name in values:
             return values[name]
         environ = os.environ if self.environ is None else self.environ
-        if self.tenant_mode:
-            return environ.get(name) if name.upper() in self.allow else None
         if name.upper() in self.allow:
             return environ.get(name)
         value = environ.get(name)
@@ -119,3 +126,10 @@ class EnvResolver:
                 )
             return None
         return value
+
+    def _tenant_value(self, name: str) -> str | None:
+        values = dict(self.configured)
+        if name in values:
+            return values[name]
+        environ = os.environ if self.environ is None else self.environ
+        return environ.get(name) if name.upper() in self.allow else None

@@ -1,7 +1,9 @@
 """The egress package's exceptions, and what a failed request looks like to a script (SPEC §3.16)::
 
     RhaipoolError (proto.errors)
+    ├── EgressConfigError      an operator's ``[serve.egress]`` table is invalid (also ValueError)
     ├── EgressDenied           the policy refuses this request; nothing was sent
+    │   └── SecretMisuse       a secret's placeholder where no secret may go (``secrets.py``)
     └── HostError              a host function failed; ``.value`` is the map thrown into the script
         └── EgressCapacityError               no room for this request or body (``budgets.py``) .limit .tenant
             ├── EgressBudgetExhausted         a coordinator-wide budget is full
@@ -45,6 +47,7 @@ __all__ = [
     "DnsFailure",
     "EgressBudgetExhausted",
     "EgressCapacityError",
+    "EgressConfigError",
     "EgressDenied",
     "EgressQuotaExceeded",
     "HostError",
@@ -64,6 +67,10 @@ __all__ = [
 ]
 
 MAX_ERROR_BODY_CHARS = 4096
+
+
+class EgressConfigError(RhaipoolError, ValueError):
+    """An operator's egress table (``[serve.egress]``) is invalid; the message names the key."""
 
 
 class EgressDenied(RhaipoolError):

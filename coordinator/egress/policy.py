@@ -3,8 +3,10 @@
 Two checks, both on the coordinator side:
 
 * by **name**, before a request: the URL's host must be one the provider is allowed (the host of
-  its ``base_url``, of the ``base_url`` its ``initialize`` returned, ``allowed_hosts`` and the names
-  in ``egress_allow``; ``allowed_hosts = ["*"]`` allows any host);
+  its ``base_url``, of the ``base_url`` its ``initialize`` returned -- not in tenant mode, where only
+  the table names hosts --, ``allowed_hosts`` and the names in ``egress_allow``;
+  ``allowed_hosts = ["*"]`` allows any host), and pass the operator's ``[serve.egress]`` policy
+  (``operator.py``) when one is set;
 * by **address**, at connect time, on the address actually connected to (so a name that resolves to
   a private address, or DNS rebinding, cannot reach the inside): anything that is not a global
   unicast address -- loopback, private, link-local, carrier-grade NAT, multicast, unspecified, the
@@ -23,6 +25,8 @@ from urllib.parse import urlsplit
 
 from coordinator.egress.addresses import IPAddress, is_site_local, reached_ipv4
 from coordinator.egress.errors import EgressDenied
+from coordinator.egress.operator import OperatorEgress
+from coordinator.egress.secrets import Secrets
 
 __all__ = [
     "METADATA_ADDRESSES",
@@ -73,6 +77,10 @@ class EgressPolicy:
     allow_names: frozenset[str] = frozenset()
     allow_networks: tuple[IPNetwork, ...] = ()
     max_response_bytes: int = 16 * 1024 * 1024
+    operator: OperatorEgress | None = None
+    """The operator's ``[serve.egress]`` rule, checked on top of this provider's own."""
+    secrets: Secrets | None = field(default=None, compare=False)
+    """Tenant mode: the provider's secrets, put in place of their placeholders (``secrets.py``)."""
     address_key: tuple[frozenset[str], tuple[IPNetwork, ...]] = field(init=False)
     _bare_hosts: frozenset[str] = field(init=False, repr=False, compare=False)
     """``hosts`` without IPv6 brackets, computed once: ``check_url`` runs on every request."""
@@ -94,6 +102,8 @@ class EgressPolicy:
         allowed_hosts: tuple[str, ...] = (),
         egress_allow: tuple[str, ...] = (),
         max_response_bytes: int = 16 * 1024 * 1024,
+        operator: OperatorEgress | None = None,
+        secrets: Secrets | None = None,
     ) -> EgressPolicy:
         """Derive the policy from base URLs plus configuration."""
         names, nets = _parse_allow(egress_allow)
@@ -101,7 +111,16 @@ class EgressPolicy:
         hosts.update(h.lower().rstrip(".") for h in allowed_hosts if h != "*")
         hosts.update(names)
         hosts.update(str(n.network_address) for n in nets if n.num_addresses == 1)
-        return cls(provider, frozenset(hosts), "*" in allowed_hosts, names, nets, max_response_bytes)
+        return cls(
+            provider,
+            frozenset(hosts),
+            "*" in allowed_hosts,
+            names,
+            nets,
+            max_response_bytes,
+            operator,
+            secrets,
+        )
 
     def check_url(self, url: str) -> str:
         """Return the URL's host, or raise EgressDenied when this provider may not call it."""
@@ -113,6 +132,13 @@ class EgressPolicy:
                 f"egress refused: host {host!r} is not allowed for provider {self.provider!r} "
                 "(allowed: the base_url host, allowed_hosts and egress_allow)"
             )
+        if self.operator is not None:
+            parts = urlsplit(url)
+            try:
+                port = parts.port
+            except ValueError:
+                port = None  # refused as an invalid port before anything is sent
+            self.operator.check(self.provider, parts.scheme, host, port)
         return host
 
     def address_allowed(self, host: str, address: str) -> bool:

@@ -4,6 +4,10 @@ A config file is read into frozen values; comparing two snapshots by value is wh
 cached provider is still good, so editing a ``base_url`` reloads the provider and re-reading an
 unchanged file does not. A snapshot read from a file remembers it, so :func:`refreshed` can pick up an
 edit on the next use without a restart (seed: "changing a base_url or an api_key needs no restart").
+
+A table may also come from elsewhere (a tenant's ``PUT /api/providers/{name}/config``):
+:func:`parse_provider_table` applies the same rules, refusing the operator-only keys for a
+tenant's own table, and :func:`redacted_table` is what may be shown of one (secret values masked).
 """
 
 from __future__ import annotations
@@ -11,14 +15,19 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from coordinator.egress import OperatorEgress, is_credential_shaped
+from coordinator.egress.policy import host_of
 from coordinator.providers.errors import ProviderConfigError
 
 __all__ = [
+    "DEFAULT_CALL_TIMEOUT_SECS",
     "DEFAULT_CONFIG_PATH",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_PROVIDERS_DIR",
@@ -28,8 +37,11 @@ __all__ = [
     "ProvidersConfig",
     "RateLimit",
     "candidate_names",
+    "is_secret_key",
     "load_config",
     "parse_config",
+    "parse_provider_table",
+    "redacted_table",
     "refreshed",
     "resolve_script",
 ]
@@ -39,6 +51,9 @@ log = logging.getLogger(__name__)
 DEFAULT_CONFIG_PATH = Path("~/.rhaipool/config.toml")
 DEFAULT_PROVIDERS_DIR = Path("~/.rhaipool/providers")
 DEFAULT_REQUEST_TIMEOUT_SECS = 900.0
+#: Wall-clock cap of one provider call (inference with its retries, a stream, count_tokens,
+#: list_models, initialize), whatever ``request_timeout_secs`` says (issue 22 point 6).
+DEFAULT_CALL_TIMEOUT_SECS = 120.0
 DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 DEFAULT_RETRY_ATTEMPTS = 4
 DEFAULT_RETRY_BASE_MS = 1000
@@ -46,7 +61,29 @@ DEFAULT_RETRY_BASE_MS = 1000
 OWN_KEYS = frozenset(
     {"script", "rate_limit", "egress_allow", "allowed_hosts", "env", "allow_env_vars", "max_response_bytes"}
 )
+#: Keys only the operator may set: a tenant's own table (``parse_provider_table(tenant_owned=True)``)
+#: that names one is refused. They open addresses, expose host variables or name a file.
+OPERATOR_ONLY_KEYS = ("egress_allow", "allow_env_vars", "script")
+#: What :func:`redacted_table` shows in place of a secret value.
+REDACTED = "********"
 _DATETIME_KEY = "$__toml_private_datetime"
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a provider table key holds a secret: ``api_key`` or any credential-shaped name."""
+    return key == "api_key" or is_credential_shaped(key)
+
+
+def _masked(value: Any, secret: bool, mask: Callable[[str], str]) -> Any:
+    """A thawed table value with every string under a secret key (at any depth) passed through ``mask``."""
+    if isinstance(value, dict):
+        return {k: _masked(v, secret or is_secret_key(k), mask) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v, secret, mask) for v in value]
+    if isinstance(value, str) and secret:
+        return mask(value)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +115,14 @@ class ProviderTable:
         value = dict(self.forwarded).get("base_url")
         return value if isinstance(value, str) else None
 
-    def init_config(self) -> dict[str, Any]:
-        """What ``initialize(config)`` receives: every key but ``script``, ``rate_limit`` and our own."""
-        return {key: _thaw(value) for key, value in self.forwarded}
+    def init_config(self, mask: Callable[[str], str] | None = None) -> dict[str, Any]:
+        """What ``initialize(config)`` receives: every key but ``script``, ``rate_limit`` and our own.
+
+        With ``mask`` (tenant mode), each secret string (:func:`is_secret_key`) is replaced by
+        ``mask(value)``: its placeholder.
+        """
+        config = {key: _thaw(value) for key, value in self.forwarded}
+        return config if mask is None else _masked(config, False, mask)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +140,10 @@ class ProvidersConfig:
     tenants: bool = False
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     max_concurrent: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+    call_timeout_secs: float = DEFAULT_CALL_TIMEOUT_SECS
+    """No provider call runs longer (``request_timeout_secs`` and a stage's timeout are capped by it)."""
+    operator_egress: OperatorEgress | None = None
+    """The operator's ``[serve.egress]`` policy, applied to every provider on top of its own rule."""
     #: The file this snapshot was read from (or would be, once it exists), its stat stamp then, and a
     #: ``providers_dir`` given on top of it; none of them is part of the snapshot's value.
     source: Path | None = field(default=None, compare=False)
@@ -175,6 +221,7 @@ def _table(name: str, raw: Any) -> ProviderTable:
     where = f"[model_providers.{name}]"
     if not isinstance(raw, dict):
         raise ProviderConfigError(f"{where} must be a table")
+    _check_values(raw, where)
     script = raw.get("script")
     if script is not None and not isinstance(script, str):
         raise ProviderConfigError(f"{where} script must be a string")
@@ -196,6 +243,84 @@ def _table(name: str, raw: Any) -> ProviderTable:
     )
 
 
+def _check_values(value: Any, where: str) -> None:
+    """Only what TOML can hold: a table that came as JSON may carry null, a huge int or a non-string key."""
+    if value is None:
+        raise ProviderConfigError(f"{where}: null is not a value a provider table can hold")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ProviderConfigError(f"{where}: keys must be strings")
+            _check_values(item, f"{where} {key}")
+    elif isinstance(value, list):
+        for item in value:
+            _check_values(item, where)
+    elif isinstance(value, int) and not isinstance(value, bool) and not _I64[0] <= value <= _I64[1]:
+        raise ProviderConfigError(f"{where}: integer out of the 64-bit range")
+    elif not isinstance(value, (str, int, float, dt.datetime, dt.date, dt.time)):
+        raise ProviderConfigError(f"{where}: unsupported value of type {type(value).__name__}")
+
+
+def parse_provider_table(
+    name: str, raw: dict[str, Any], *, base_dir: Path | None = None, tenant_owned: bool
+) -> ProviderTable:
+    """One provider table by the rules of a ``[model_providers.<name>]`` table (ProviderConfigError).
+
+    ``tenant_owned``: a tenant's own table (set through the API), which may not name the operator-only
+    keys (``egress_allow``, ``allow_env_vars``, ``script``) and whose ``base_url``, when given, must
+    be an http(s) URL with a host (in tenant mode it is what the provider may reach). ``base_dir`` is
+    where the table was read from, as for :func:`parse_config`; no key of one table is a path
+    resolved against it (``script`` is found in ``providers_dir``, or in the script source, at load).
+    """
+    del base_dir  # parse_config's parameter, accepted for symmetry: nothing in one table depends on it
+    where = f"[model_providers.{name}]"
+    if not isinstance(raw, dict):
+        raise ProviderConfigError(f"{where} must be a table")
+    if tenant_owned:
+        for key in OPERATOR_ONLY_KEYS:
+            if key in raw:
+                raise ProviderConfigError(
+                    f"{where}: {key!r} may be set only by the operator (in the service's config file), "
+                    "not in a tenant's provider table"
+                )
+        base_url = raw.get("base_url")
+        if base_url is not None and (not isinstance(base_url, str) or host_of(base_url) is None):
+            raise ProviderConfigError(f"{where} base_url must be an http(s) URL with a host")
+    return _table(name, raw)
+
+
+def redacted_table(table: ProviderTable) -> dict[str, Any]:
+    """The table as JSON, every secret value (:func:`is_secret_key` strings, ``env`` values) masked."""
+    out: dict[str, Any] = {}
+    if table.script is not None:
+        out["script"] = table.script
+    out.update(_json_safe(table.init_config(lambda _value: REDACTED)))
+    if table.rate_limit is not None:
+        out["rate_limit"] = {
+            "requests_per_minute": table.rate_limit.requests_per_minute,
+            "tokens_per_minute": table.rate_limit.tokens_per_minute,
+        }
+    for key in ("egress_allow", "allowed_hosts", "allow_env_vars"):
+        if getattr(table, key):
+            out[key] = list(getattr(table, key))
+    if table.env:
+        out["env"] = {key: REDACTED for key, _ in table.env}
+    if table.max_response_bytes is not None:
+        out["max_response_bytes"] = table.max_response_bytes
+    return out
+
+
+def _json_safe(value: Any) -> Any:
+    """Non-finite floats (TOML has them, JSON has not) as their TOML spelling."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
 def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):
@@ -214,6 +339,9 @@ def parse_config(data: dict[str, Any], base_dir: Path | None = None) -> Provider
     timeout = data.get("request_timeout_secs", DEFAULT_REQUEST_TIMEOUT_SECS)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ProviderConfigError("request_timeout_secs must be a positive number")
+    cap = data.get("call_timeout_secs", DEFAULT_CALL_TIMEOUT_SECS)
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf:
+        raise ProviderConfigError("call_timeout_secs must be a positive number")
     return ProvidersConfig(
         providers_dir=pdir,
         providers=tuple((name, _table(name, raw)) for name, raw in tables.items()),
@@ -232,6 +360,7 @@ def parse_config(data: dict[str, Any], base_dir: Path | None = None) -> Provider
             data.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES), "max_response_bytes"
         ),
         max_concurrent=tuple((k, _positive_int(v, k)) for k, v in concurrent.items()),
+        call_timeout_secs=float(cap),
     )
 
 

@@ -9,6 +9,7 @@
     └── ProviderError                  a provider call failed (SPEC §3.16); ``transient`` drives retries
         ├── RateLimitExceeded          transient, capacity schedule
         ├── RequestFailed              transient (transport, server, ``transient: true``)
+        │   └── ProviderCallTimeout    the call ran into its wall-clock cap (``call_timeout_secs``)
         ├── ApiError                   transient only when its text names a capacity/server condition
         ├── Unavailable                permanent; credits-exhausted / auth-failed / forbidden (fail over)
         ├── InvalidResponse            permanent
@@ -30,6 +31,7 @@ from proto.errors import RhaipoolError
 __all__ = [
     "ApiError",
     "InvalidResponse",
+    "ProviderCallTimeout",
     "ProviderConfigError",
     "ProviderError",
     "ProviderLoadError",
@@ -109,6 +111,10 @@ class RequestFailed(ProviderError):
 
     class_name = "RequestFailed"
     default_transient = True
+
+
+class ProviderCallTimeout(RequestFailed):
+    """A provider call ran into its wall-clock cap (``ProvidersConfig.call_timeout_secs``); transient."""
 
 
 class ApiError(ProviderError):

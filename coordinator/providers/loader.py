@@ -1,9 +1,15 @@
 """Loading provider scripts and keeping them fresh (SPEC §3.1, §3.4).
 
-Nothing is loaded until a name is looked up. Each lookup stats the file: a cached provider is reused
-only while its mtime and its configuration are unchanged; otherwise it is recompiled and
-re-initialised. A failed load is never cached, so the next lookup tries again, and concurrent
+Nothing is loaded until a name is looked up. Each lookup stats the file (or asks the
+:class:`~coordinator.providers.source.ScriptSource` for the script's version): a cached provider is
+reused only while its mtime (version) and its configuration are unchanged; otherwise it is recompiled
+and re-initialised. A failed load is never cached, so the next lookup tries again, and concurrent
 lookups of the same version share one load instead of compiling it many times.
+
+Tenant mode (``ProvidersConfig.tenants``): the script never holds a secret. ``initialize`` gets a
+placeholder for each secret value of its table, ``env_var`` one for each value it resolves, and the
+provider's egress policy puts the real values back where they may go (``coordinator.egress.secrets``).
+The provider reaches only the hosts its table names, never a ``base_url`` its ``initialize`` returns.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import errors as pool_errors
-from coordinator.egress import Egress, EgressPolicy, EnvResolver
+from coordinator.egress import Egress, EgressPolicy, EnvResolver, Secrets
+from coordinator.egress.policy import host_of
 from coordinator.providers.config import ProvidersConfig, ProviderTable, refreshed, resolve_script
 from coordinator.providers.errors import ProviderError, ProviderLoadError, ProviderNotFound
 from coordinator.providers.executor import DEFAULT_TENANT, PoolExecutor
 from coordinator.providers.host import ProviderHost
 from coordinator.providers.metadata import Metadata, parse_metadata
+from coordinator.providers.source import ScriptSource
+from coordinator.providers.wallclock import CallCap
 
 __all__ = [
     "MAX_CACHED",
@@ -51,7 +60,9 @@ class LoadedProvider:
 
     name: str
     path: Path
+    """The script file (with a script source: the script's name, as a path)."""
     mtime_ns: int
+    """The file's mtime when loaded (with a script source: its version, below, decides)."""
     config_key: Any
     metadata: Metadata
     handle: Any
@@ -62,6 +73,10 @@ class LoadedProvider:
     env: EnvResolver
     loaded_at: float = field(default=0.0)
     tenant: str = DEFAULT_TENANT
+    version: str | None = None
+    """The script source's version of the script (its sha256); None for a file."""
+    secrets: Secrets | None = field(default=None, repr=False)
+    """Tenant mode: the real values behind the placeholders the script holds (never sent to it)."""
 
     def has(self, fn: str) -> bool:
         """Whether an optional entry point exists with its required arity."""
@@ -94,19 +109,41 @@ def check_functions(name: str, functions: list[tuple[str, int]]) -> str | None:
     return None
 
 
-def build_policy(name: str, config: ProvidersConfig, table: ProviderTable | None, state: Any) -> EgressPolicy:
-    """Allowed hosts: both ``base_url``s (config, initialize's state), ``allowed_hosts``, ``egress_allow``."""
-    state_url = state.get("base_url") if isinstance(state, dict) else None
+def build_policy(
+    name: str,
+    config: ProvidersConfig,
+    table: ProviderTable | None,
+    state: Any,
+    secrets: Secrets | None = None,
+) -> EgressPolicy:
+    """Allowed hosts: the table's ``base_url`` host, ``allowed_hosts``, ``egress_allow`` and -- in
+    library mode only -- the ``base_url`` initialize's state returned; the operator's rule on top."""
+    state_url = state.get("base_url") if isinstance(state, dict) and not config.tenants else None
     return EgressPolicy.build(
         name,
         urls=(table.base_url if table else None, state_url if isinstance(state_url, str) else None),
         allowed_hosts=table.allowed_hosts if table else (),
         egress_allow=table.egress_allow if table else (),
         max_response_bytes=(table.max_response_bytes if table else None) or config.max_response_bytes,
+        operator=config.operator_egress,
+        secrets=secrets,
     )
 
 
-def build_env(name: str, config: ProvidersConfig, table: ProviderTable | None) -> EnvResolver:
+def build_secrets(name: str, config: ProvidersConfig, table: ProviderTable | None) -> Secrets | None:
+    """Tenant mode: a fresh set of placeholders for one load, sendable to the table's own hosts only."""
+    if not config.tenants:
+        return None
+    hosts = {h.strip("[]") for h in (host_of(table.base_url) if table and table.base_url else None,) if h}
+    hosts.update(
+        h.lower().rstrip(".").strip("[]") for h in (table.allowed_hosts if table else ()) if h != "*"
+    )
+    return Secrets(name, frozenset(hosts))
+
+
+def build_env(
+    name: str, config: ProvidersConfig, table: ProviderTable | None, secrets: Secrets | None = None
+) -> EnvResolver:
     """``env_var`` view: the table's values and allow-list (plus the global one unless tenants)."""
     own = table.allow_env_vars if table else ()
     return EnvResolver.build(
@@ -114,6 +151,7 @@ def build_env(name: str, config: ProvidersConfig, table: ProviderTable | None) -
         configured=table.env if table else (),
         allow=own if config.tenants else own + config.allow_env_vars,
         tenant_mode=config.tenants,
+        secrets=secrets,
     )
 
 
@@ -132,23 +170,41 @@ class ProviderLoader:
         config: ProvidersConfig,
         *,
         max_cached: int = MAX_CACHED,
+        source: ScriptSource | None = None,
     ) -> None:
         self.executor = executor
         self.egress = egress
         self.config = config
         self.max_cached = max_cached
+        self.source = source
+        """Scripts by name instead of files in ``providers_dir`` (the service's database), when given."""
         self._cache: OrderedDict[tuple[str, str], LoadedProvider] = OrderedDict()
-        self._loading: dict[tuple[str, str, Path, int, Any], asyncio.Future[LoadedProvider]] = {}
+        self._loading: dict[tuple[str, str, Path, Any, Any], asyncio.Future[LoadedProvider]] = {}
         self._derived: tuple[ProvidersConfig, dict[str, tuple[Path, Any]]] = (config, {})
 
     def config_key(self, name: str) -> Any:
         """Everything in the configuration that a loaded provider depends on."""
         c = self.config
-        return (c.table(name), c.allow_env_vars, c.tenants, c.max_response_bytes, c.request_timeout_secs)
+        return (
+            c.table(name),
+            c.allow_env_vars,
+            c.tenants,
+            c.max_response_bytes,
+            c.request_timeout_secs,
+            c.call_timeout_secs,
+            c.operator_egress,
+        )
 
     def path_of(self, name: str) -> Path:
-        """The script path; ProviderNotFound when it would escape the providers directory."""
+        """The script path; ProviderNotFound when it would escape the providers directory.
+
+        With a script source, the script's name as a path: the table's ``script`` (without ``.rhai``)
+        or the provider's name.
+        """
         table = self.config.table(name)
+        if self.source is not None:
+            script = table.script if table and table.script else name
+            return Path(script.removesuffix(".rhai"))
         path = resolve_script(self.config.providers_dir, name, table.script if table else None)
         if path is None:
             raise ProviderNotFound("script provider path escapes the providers directory - refusing to load")
@@ -179,17 +235,20 @@ class ProviderLoader:
         self.refresh_config()
         path, key = self._path_and_key(name)
         slot = (tenant, name)
-        try:
-            mtime = os.stat(path).st_mtime_ns
-        except OSError:
+        stamp = self._stamp(path)
+        if stamp is None:
             self._cache.pop(slot, None)
-            raise ProviderNotFound(f"no provider script {path}") from None
+            raise ProviderNotFound(f"no provider script {path}")
         cached = self._cache.get(slot)
-        if cached is not None and (cached.path, cached.mtime_ns, cached.config_key) == (path, mtime, key):
+        if cached is not None and (cached.path, cached.version or cached.mtime_ns, cached.config_key) == (
+            path,
+            stamp,
+            key,
+        ):
             self._cache.move_to_end(slot)
             return cached
         try:
-            loaded = await self._shared_load((tenant, name, path, mtime, key))
+            loaded = await self._shared_load((tenant, name, path, stamp, key))
         except ProviderLoadError:
             self._cache.pop(slot, None)
             raise
@@ -199,7 +258,16 @@ class ProviderLoader:
             self._cache.popitem(last=False)
         return loaded
 
-    async def _shared_load(self, flight: tuple[str, str, Path, int, Any]) -> LoadedProvider:
+    def _stamp(self, path: Path) -> int | str | None:
+        """What changes when the script does: its version in the source, else the file's mtime."""
+        if self.source is not None:
+            return self.source.version(str(path))
+        try:
+            return os.stat(path).st_mtime_ns
+        except OSError:
+            return None
+
+    async def _shared_load(self, flight: tuple[str, str, Path, Any, Any]) -> LoadedProvider:
         """One load per flight, run in the first caller's own task (no task outlives its callers).
 
         Later callers wait for its outcome; if that first caller is cancelled, one of them takes over.
@@ -236,10 +304,12 @@ class ProviderLoader:
         except ProviderLoadError:
             return None
 
-    async def _load_logged(self, name: str, path: Path, mtime: int, key: Any, tenant: str) -> LoadedProvider:
+    async def _load_logged(
+        self, name: str, path: Path, stamp: int | str, key: Any, tenant: str
+    ) -> LoadedProvider:
         """:meth:`_load`, warning once per failed load whichever entry point asked (inference too)."""
         try:
-            return await self._load(name, path, mtime, key, tenant)
+            return await self._load(name, path, stamp, key, tenant)
         except ProviderLoadError as exc:
             log.warning(
                 "script provider load failed: %s (tenant %s): %s",
@@ -250,12 +320,20 @@ class ProviderLoader:
             )
             raise
 
-    async def _load(self, name: str, path: Path, mtime: int, key: Any, tenant: str) -> LoadedProvider:
-        """Read, parse metadata, compile, check entry points, run ``initialize`` offline."""
+    async def _read(self, path: Path) -> str:
+        if self.source is not None:
+            text = await self.source.read(str(path))
+            if text is None:
+                raise ProviderNotFound(f"no provider script {path}")
+            return text
         try:
-            source = await asyncio.to_thread(path.read_text, encoding="utf-8")
+            return await asyncio.to_thread(path.read_text, encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ProviderLoadError(f"read provider script {path}: {exc}") from exc
+
+    async def _load(self, name: str, path: Path, stamp: int | str, key: Any, tenant: str) -> LoadedProvider:
+        """Read, parse metadata, compile, check entry points, run ``initialize`` offline."""
+        source = await self._read(path)
         metadata = parse_metadata(source)
         try:
             handle = await self.executor.load(source, name, tenant=tenant)
@@ -267,34 +345,41 @@ class ProviderLoader:
         if problem is not None:
             raise ProviderLoadError(problem)
         table = self.config.table(name)
-        env = build_env(name, self.config, table)
+        secrets = build_secrets(name, self.config, table)
+        env = build_env(name, self.config, table, secrets)
         offline = ProviderHost(
-            None, build_policy(name, self.config, table, None), env, offline=True, tenant=tenant
+            None, build_policy(name, self.config, table, None, secrets), env, offline=True, tenant=tenant
         )
-        config = table.init_config() if table else {}
+        mask = secrets.placeholder if secrets is not None else None
+        config = table.init_config(mask) if table else {}
+        cap = CallCap.start(self.config.call_timeout_secs, "initialize")
         try:
-            state = await self.executor.call(
-                handle,
-                "initialize",
-                [config],
-                host=offline,
-                timeout=self.config.request_timeout_secs,
-                tenant=tenant,
+            state = await cap.run(
+                self.executor.call(
+                    handle,
+                    "initialize",
+                    [config],
+                    host=offline,
+                    timeout=cap.limit(self.config.request_timeout_secs),
+                    tenant=tenant,
+                )
             )
         except ProviderError as exc:
             raise ProviderLoadError(exc.message) from exc
         return LoadedProvider(
             name,
             path,
-            mtime,
+            stamp if isinstance(stamp, int) else 0,
             key,
             metadata,
             handle,
             state,
             frozenset(functions),
             table,
-            build_policy(name, self.config, table, state),
+            build_policy(name, self.config, table, state, secrets),
             env,
             asyncio.get_running_loop().time(),
             tenant,
+            stamp if isinstance(stamp, str) else None,
+            secrets,
         )

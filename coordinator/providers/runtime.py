@@ -10,7 +10,8 @@ caller ──▶ ProviderRuntime.inference(name, request, tenant=...)
              ▼
            Response (normalised)         tokens recorded for TPM
 
-Every entry point takes ``tenant=`` (``"default"`` for single-user library use): each script call
+Every entry point is bounded by the wall-clock cap ``call_timeout_secs`` (``wallclock.py``), and
+takes ``tenant=`` (``"default"`` for single-user library use): each script call
 it makes -- ``initialize`` included -- is that tenant's pool call, so the fair queue, the tenant's
 caps and strikes apply, and log lines name it. Rate limits stay global per provider (SPEC §3.18).
 """
@@ -42,7 +43,9 @@ from coordinator.providers.ratelimit import Backoff429, RateLimiter
 from coordinator.providers.request import build_request, prompt_text
 from coordinator.providers.response import Response, StreamChunk, collapse, parse_chunk, parse_response, uint
 from coordinator.providers.retry import InferenceRetryPolicy, run_with_retries
+from coordinator.providers.source import ScriptSource
 from coordinator.providers.tokens import count_by_model, estimate_bytes
+from coordinator.providers.wallclock import CallCap
 
 __all__ = ["JOB_TIMEOUT_SECS", "ProviderRuntime"]
 
@@ -85,8 +88,9 @@ class ProviderRuntime:
         config: ProvidersConfig,
         *,
         clock: Clock | None = None,
+        source: ScriptSource | None = None,
     ) -> None:
-        self.loader = ProviderLoader(executor, egress, config)
+        self.loader = ProviderLoader(executor, egress, config, source=source)
         self.executor = executor
         self.egress = egress
         self.clock = clock or MonotonicClock()
@@ -127,6 +131,17 @@ class ProviderRuntime:
             self._limiters[provider.name] = entry
         return entry[1], entry[2]
 
+    def rate_limit_waits(self) -> list[tuple[str, str, int, float]]:
+        """``(provider, cause, waits, seconds)`` of every provider with a rate limit (for metrics).
+
+        ``cause`` is ``window`` (its RPM/TPM windows were full) or ``429`` (the API answered 429).
+        """
+        rows = []
+        for provider, (_limit, window, backoff) in sorted(self._limiters.items()):
+            rows.append((provider, "window", window.waits, window.waited_seconds))
+            rows.append((provider, "429", backoff.waits, backoff.waited_seconds))
+        return rows
+
     def _gated(self) -> dict[str, int]:
         """``[limits.max_concurrent_inferences_by_provider]`` as a dict, made once per snapshot."""
         config = self.config
@@ -164,11 +179,14 @@ class ProviderRuntime:
         return _Serving(host)
 
     async def _call_aside(self, provider: LoadedProvider, fn: str, args: list[Any], tenant: str) -> Any:
-        """A non-inference entry point: one call, no retries, the global request timeout."""
-        timeout = self.config.request_timeout_secs
+        """A non-inference entry point: one call, no retries, the global request timeout (capped)."""
+        cap = CallCap.start(self.config.call_timeout_secs, fn)
+        timeout = cap.limit(self.config.request_timeout_secs)
         with self._serving(self._host(provider, timeout, None, tenant)) as host:
-            return await self.executor.call(
-                provider.handle, fn, [provider.state, *args], host=host, timeout=timeout, tenant=tenant
+            return await cap.run(
+                self.executor.call(
+                    provider.handle, fn, [provider.state, *args], host=host, timeout=timeout, tenant=tenant
+                )
             )
 
     def capabilities(self, provider: LoadedProvider, model: str) -> Capabilities:
@@ -310,11 +328,13 @@ class ProviderRuntime:
     async def _run_inference(
         self, provider: LoadedProvider, request: dict[str, Any], tenant: str
     ) -> Response:
-        """Attempts under the retry policy and the whole-job bound."""
+        """Attempts under the retry policy, the whole-job bound and the wall-clock cap."""
         timeout, job = self._timeouts(request)
         policy = InferenceRetryPolicy(self.config.retry_attempts, self.config.retry_base_ms)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + job
+        cap = CallCap.start(self.config.call_timeout_secs, "inference")
+        timeout = cap.limit(timeout)
+        deadline = min(loop.time() + job, cap.deadline)
         try:
             async with timeout_at(deadline):
                 return await run_with_retries(
@@ -325,7 +345,14 @@ class ProviderRuntime:
                     self.clock,
                     self.on_retry,
                 )
+        except ProviderError as exc:
+            translated = cap.translated(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
         except TimeoutError:
+            if cap.expired():
+                raise cap.error() from None
             raise UnclassifiedProviderError(
                 f"inference exceeded the {job:g}s job timeout (request_timeout_secs); "
                 "the provider was still answering or being retried"
@@ -353,9 +380,16 @@ class ProviderRuntime:
     ) -> AsyncGenerator[Any, None]:
         """The script's ``stream``: one rate-limit acquire, then chunks (or one final error item)."""
         timeout, job = self._timeouts(request)
+        cap = CallCap.start(self.config.call_timeout_secs, "stream")
+        timeout, job = cap.limit(timeout), cap.limit(job)
         limits = self._limiter(provider)
         if limits is not None:
-            await limits[0].acquire()
+            try:
+                await cap.run(limits[0].acquire())
+            except ProviderError as exc:
+                yield exc
+                return
+            job = cap.limit(job)
         host = self._host(provider, timeout, None, tenant)
         rows = list(provider.metadata.mime_types)
         emit = self.executor.stream(
@@ -376,7 +410,7 @@ class ProviderRuntime:
                         most = max(most, chunk.tokens.total_tokens)
                     yield chunk
         except ProviderError as exc:
-            yield exc
+            yield cap.translated(exc)
         finally:
             await emit.aclose()
             if limits is not None:

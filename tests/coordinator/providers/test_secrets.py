@@ -1,0 +1,207 @@
+"""Tenant mode: no secret value enters a sandbox (issue 21 point 1).
+
+Real workers run the scripts, a real stand-in API on 127.0.0.1 is the upstream. Each test asserts on
+what the script could see (initialize's state, inference's answer, env_var) and on what the upstream
+received (the real key, in the header or query string, and only there).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.bench.standin import StandinServer
+from coordinator.egress import PLACEHOLDER_PREFIX
+from coordinator.providers.failures import ProviderError
+from coordinator.providers.runtime import ProviderRuntime
+
+from .harness import Harness
+from .server import redirect_url
+
+GROQ = (Path(__file__).resolve().parents[3] / "examples" / "providers" / "groq.rhai").read_text()
+REQ: dict[str, Any] = {"model": "standin-small", "messages": [{"role": "user", "content": "hi"}]}
+KEY = "sk-real-0123456789abcdef"
+ENV_KEY = "sk-env-fedcba9876543210"
+PLACEHOLDER = re.compile(re.escape(PLACEHOLDER_PREFIX) + "[0-9a-f]{32}")
+
+#: ``inference`` sends one request, described by the caller's last message: ``<where> <url>``.
+SENDER = """
+fn initialize(config) { #{ key: config.api_key, env: env_var("EXTRA_TOKEN"), url: config.base_url } }
+fn inference(state, request) {
+    let how = request.messages[request.messages.len() - 1].content.split(" ");
+    let where = how[0];
+    let url = how[1];
+    let text = if where == "header" {
+        http_get(url, #{ "Authorization": `Bearer ${state.key}` })
+    } else if where == "envheader" {
+        http_get(url, #{ "X-Token": state.env })
+    } else if where == "query" {
+        http_get(`${url}?key=${state.key}`, #{})
+    } else if where == "path" {
+        http_get(`${url}/${state.key}`, #{})
+    } else if where == "body" {
+        http_post(url, to_json(#{ key: state.key }), #{})
+    } else if where == "name" {
+        let headers = #{};
+        headers[state.key] = "x";
+        http_get(url, headers)
+    } else {
+        throw "unknown test case";
+    };
+    #{ content: text }
+}
+"""
+
+
+def ask(text: str) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": text}]}
+
+
+def tenant_harness(harness: Harness, **table: Any) -> Harness:
+    harness.data["tenants"] = True
+    table.setdefault("api_key", KEY)
+    table.setdefault("base_url", harness.server.base_url)
+    harness.table("p", **table)
+    return harness
+
+
+def received(server: StandinServer, since: int) -> list[Any]:
+    return server.requests[since:]
+
+
+def test_seed_groq_runs_unmodified_and_only_the_upstream_sees_the_key(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """initialize's state holds a placeholder; the upstream gets ``Bearer <real key>``; logs never show it."""
+    harness.write("groq", GROQ)
+    harness.data["tenants"] = True
+    harness.table("groq", api_key=KEY, base_url=harness.server.base_url)
+    server = harness.server
+
+    async def body(rt: ProviderRuntime) -> tuple[Any, str, list[str], list[str]]:
+        since = len(server.requests)
+        provider = await rt.get("groq", tenant="acme")
+        answer = await rt.inference("groq", REQ, tenant="acme")
+        chunks = [c async for c in rt.stream("groq", REQ, tenant="acme")]
+        models = [m.id for m in await rt.list_models(provider)]
+        auth = [r.headers.get("authorization", "") for r in received(server, since)]
+        assert all(not isinstance(c, ProviderError) for c in chunks), chunks
+        return provider.state, answer.content, models, auth
+
+    with caplog.at_level(logging.DEBUG):
+        state, content, models, auth = harness.run(body)
+    assert PLACEHOLDER.fullmatch(state["api_key"]) and KEY not in repr(state)
+    assert content == "echo: hi" and "standin-small" in models
+    assert auth and all(a == f"Bearer {KEY}" for a in auth)
+    assert KEY not in caplog.text
+
+
+def test_env_entries_and_env_var_values_are_placeholders_too(harness: Harness) -> None:
+    """The table's ``env`` values (what groq.rhai reads when there is no api_key) and a host variable
+    the operator allow-listed reach the script as placeholders and the upstream as themselves."""
+    harness.write("groq", GROQ)
+    harness.write("p", SENDER)
+    harness.data["tenants"] = True
+    harness.table("groq", base_url=harness.server.base_url, env={"GROQ_API_KEY": ENV_KEY})
+    harness.table("p", api_key=KEY, base_url=harness.server.url, env={"EXTRA_TOKEN": ENV_KEY + "x"})
+    server = harness.server
+
+    async def body(rt: ProviderRuntime) -> tuple[Any, Any, str, list[str]]:
+        since = len(server.requests)
+        groq = await rt.get("groq", tenant="acme")
+        answer = await rt.inference("groq", REQ, tenant="acme")
+        sender = await rt.get("p", tenant="acme")
+        echoed = await rt.inference("p", ask(f"envheader {server.url}/echo"), tenant="acme")
+        seen = [r.headers.get("authorization") or r.headers.get("x-token", "") for r in received(server, since)]
+        assert answer.content == "echo: hi"
+        return groq.state, sender.state, echoed.content, seen
+
+    groq_state, sender_state, echoed, seen = harness.run(body)
+    assert PLACEHOLDER.fullmatch(groq_state["api_key"])
+    assert PLACEHOLDER.fullmatch(sender_state["env"]) and PLACEHOLDER.fullmatch(sender_state["key"])
+    assert sender_state["url"] == harness.server.url  # not a secret: passed as it is
+    assert seen == [f"Bearer {ENV_KEY}", ENV_KEY + "x"]
+    # the upstream echoed the real value back: the script got its placeholder in its place
+    assert ENV_KEY not in echoed and sender_state["env"] in echoed
+
+
+def test_header_and_query_reach_the_upstream_with_the_real_value(harness: Harness) -> None:
+    tenant_harness(harness, base_url=harness.server.url).write("p", SENDER)
+    server = harness.server
+
+    async def body(rt: ProviderRuntime) -> tuple[list[Any], list[str]]:
+        since = len(server.requests)
+        answers = [
+            (await rt.inference("p", ask(f"{where} {server.url}/echo"), tenant="acme")).content
+            for where in ("header", "query")
+        ]
+        got = received(server, since)
+        return [(r.headers.get("authorization"), r.query.get("key")) for r in got], answers
+
+    seen, answers = harness.run(body)
+    assert seen == [(f"Bearer {KEY}", None), (None, KEY)]
+    assert all(KEY not in a for a in answers)  # /echo shows the header: turned back into the placeholder
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("body", "request body"),
+        ("path", "URL (outside its query string)"),
+        ("name", "header name"),
+    ],
+)
+def test_placeholder_outside_headers_and_query_is_refused(harness: Harness, where: str, expected: str) -> None:
+    tenant_harness(harness, base_url=harness.server.url).write("p", SENDER)
+    server = harness.server
+
+    async def body(rt: ProviderRuntime) -> tuple[str, int]:
+        since = len(server.requests)
+        with pytest.raises(ProviderError) as info:
+            await rt.inference("p", ask(f"{where} {server.url}/echo"), tenant="acme")
+        return info.value.message, len(received(server, since))
+
+    message, sent = harness.run(body)
+    assert sent == 0, "nothing may be sent"
+    assert "egress refused" in message and expected in message and KEY not in message
+
+
+def test_placeholder_to_another_host_or_redirected_elsewhere_is_refused(harness: Harness) -> None:
+    """``localhost`` is reachable (egress_allow) but not one of the table's hosts: no secret goes there,
+    whether asked directly or by a redirect from the provider's own host."""
+    port = harness.server.url.rsplit(":", 1)[1]
+    other = f"http://localhost:{port}"
+    tenant_harness(harness, base_url=harness.server.url, egress_allow=["127.0.0.1", "localhost"])
+    harness.write("p", SENDER)
+    server = harness.server
+
+    async def refusals(rt: ProviderRuntime) -> tuple[list[str], list[str]]:
+        since = len(server.requests)
+        messages = []
+        for url in (f"{other}/echo", redirect_url(server, f"{other}/echo")):
+            with pytest.raises(ProviderError) as info:
+                await rt.inference("p", ask(f"header {url}"), tenant="acme")
+            messages.append(info.value.message)
+        return messages, [r.path for r in received(server, since)]
+
+    messages, paths = harness.run(refusals)
+    assert "not one of provider 'p'" in messages[0] and "own hosts" in messages[0]
+    assert "redirect to another origin" in messages[1]
+    assert paths == ["/redirect"]  # the redirect itself was asked of the provider's host; nothing else
+    assert all(KEY not in m for m in messages)
+
+
+def test_library_mode_keeps_handing_the_values_over(harness: Harness) -> None:
+    """Without tenants the script gets its table's values as they are (today's behaviour)."""
+    harness.write("p", SENDER)
+    harness.table("p", api_key=KEY, base_url=harness.server.url, env={"EXTRA_TOKEN": ENV_KEY})
+
+    async def body(rt: ProviderRuntime) -> Any:
+        return (await rt.get("p")).state
+
+    state = harness.run(body)
+    assert (state["key"], state["env"]) == (KEY, ENV_KEY)
