@@ -22,8 +22,20 @@ pub const MAX_REENTRANCY: usize = 4;
 pub const TOKEN_DEADLINE: &str = "deadline";
 pub const TOKEN_CANCELLED: &str = "cancelled";
 pub const TOKEN_SIGNAL: &str = "signal";
-/// The call's operation budget ran out counting its script callbacks too.
+/// The call's operation budget ran out counting its script callbacks too, the CPU its thread
+/// spent (`CPU_NANOS_PER_OPERATION`), or the stack it runs on (`stack::operations_for_room`).
 pub const TOKEN_OPERATIONS: &str = "operations";
+/// Nanoseconds of its thread's CPU time a call is charged as one operation of its budget, whatever
+/// its operations did: one operation clones, size-checks or frees a whole value, so a value nested
+/// 150 000 deep cost quadratic time in 450 000 operations. With this charge the budget bounds what
+/// a call's operations cost, not only their number (500 000 operations: at most 0.5 s of CPU).
+/// A plain operation costs 20-100 ns, so only such whole-value work reaches it.
+pub const CPU_NANOS_PER_OPERATION: u64 = 1_000;
+/// Operations between two looks at the clocks (deadline, CPU charge) while operations are cheap.
+const CHECK_EVERY: u64 = 256;
+/// An operation costing more CPU than this on average since the last look makes every operation
+/// looked at (each then costs far more than the look): a slow call overruns nothing by 256 of them.
+const SLOW_OPERATION_NANOS: u64 = 4_000;
 
 static MAIN_THREAD: OnceLock<ThreadId> = OnceLock::new();
 
@@ -69,8 +81,17 @@ pub struct CallState {
     /// Operations spent in script callbacks that already returned: each runs on
     /// its own copy of the counter, so the budget is enforced here on the sum.
     pub callback_operations: Cell<u64>,
+    /// The engine's budget, or less on a stack too small for it (`stack::operations_for_room`).
     max_operations: u64,
     last_signal_check: Cell<u64>,
+    /// The operation count at the last look at the clocks, and operations until the next one.
+    last_check: Cell<u64>,
+    stride: Cell<u64>,
+    /// This thread's CPU time when the call started and at the last look, and what calls nested in
+    /// its host functions spent (unrelated calls: not charged to this one).
+    cpu_started: u64,
+    cpu_checked: Cell<u64>,
+    cpu_nested: Cell<u64>,
     output_limit: usize,
     output: RefCell<Vec<String>>,
     output_bytes: Cell<usize>,
@@ -92,8 +113,33 @@ pub struct CallGuard(());
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        STACK.with(|s| s.borrow_mut().pop());
+        STACK.with(|s| {
+            let mut s = s.borrow_mut();
+            if let Some(ended) = s.pop() {
+                if let Some(outer) = s.last() {
+                    let spent = thread_cpu_nanos().saturating_sub(ended.cpu_started);
+                    outer
+                        .cpu_nested
+                        .set(outer.cpu_nested.get().saturating_add(spent));
+                }
+            }
+        });
     }
+}
+
+/// This thread's CPU time in nanoseconds (0 if the clock cannot be read).
+fn thread_cpu_nanos() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid out-parameter.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut now) } != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(now.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(now.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
 /// What a finished call leaves behind besides its value.
@@ -108,13 +154,15 @@ pub struct CallReport {
 /// rhaipool's worker serves unrelated calls nested on one thread (a region hook run
 /// while a provider call waits for its host reply), and a host function's own Python
 /// code is not bounded by the outer deadline anyway; the outer call's limits apply
-/// again as soon as the host function returns.
+/// again as soon as the host function returns. `max_operations` is the call's budget: the
+/// engine's, or less when the stack it runs on could not hold what the engine's allows to build.
 pub fn push(
     engine: Arc<rhai::Engine>,
     script: &str,
     deadline: Option<Instant>,
     cancel: Option<Arc<AtomicBool>>,
     output_limit: usize,
+    max_operations: u64,
 ) -> Result<CallGuard, &'static str> {
     STACK.with(|s| {
         let mut s = s.borrow_mut();
@@ -122,7 +170,8 @@ pub fn push(
             return Err("script calls nested inside host functions deeper than 4 levels");
         }
         let check_signals = MAIN_THREAD.get() == Some(&std::thread::current().id());
-        let max_operations = engine.max_operations();
+        let max_operations = max_operations.min(engine.max_operations());
+        let cpu_started = thread_cpu_nanos();
         s.push(CallState {
             engine,
             script: script.to_string(),
@@ -133,6 +182,11 @@ pub fn push(
             callback_operations: Cell::new(0),
             max_operations,
             last_signal_check: Cell::new(0),
+            last_check: Cell::new(0),
+            stride: Cell::new(CHECK_EVERY),
+            cpu_started,
+            cpu_checked: Cell::new(cpu_started),
+            cpu_nested: Cell::new(0),
             output_limit,
             output: RefCell::new(Vec::new()),
             output_bytes: Cell::new(0),
@@ -198,37 +252,56 @@ impl CallState {
     }
 }
 
-/// The engine's `on_progress` hook: per-call deadline, cancel flag and signals.
+/// The engine's `on_progress` hook: per-call budget, deadline, cancel flag, CPU charge and signals.
 pub fn on_progress(ops: u64) -> Option<Dynamic> {
     with_top(|st| {
         st.operations.set(ops);
         if st.cancelled() {
             return Some(Dynamic::from(TOKEN_CANCELLED));
         }
-        let spent = st.callback_operations.get();
-        if spent > 0 && ops.saturating_add(spent) > st.max_operations {
+        if ops.saturating_add(st.callback_operations.get()) > st.max_operations {
             return Some(Dynamic::from(TOKEN_OPERATIONS));
         }
-        if ops & 255 != 0 {
+        if ops.wrapping_sub(st.last_check.get()) < st.stride.get() {
             return None;
         }
-        if let Some(d) = st.deadline {
+        st.look_at_clocks(ops)
+    })
+    .flatten()
+}
+
+impl CallState {
+    /// Every `stride` operations: the deadline, the CPU charge, and signals on the main thread.
+    fn look_at_clocks(&self, ops: u64) -> Option<Dynamic> {
+        let since = ops.wrapping_sub(self.last_check.get()).max(1);
+        self.last_check.set(ops);
+        if let Some(d) = self.deadline {
             if Instant::now() >= d {
                 return Some(Dynamic::from(TOKEN_DEADLINE));
             }
         }
-        if st.check_signals && ops.wrapping_sub(st.last_signal_check.get()) >= 1 << 16 {
-            st.last_signal_check.set(ops);
+        let cpu = thread_cpu_nanos();
+        let stretch = cpu.saturating_sub(self.cpu_checked.get());
+        self.cpu_checked.set(cpu);
+        let slow = stretch / since > SLOW_OPERATION_NANOS;
+        self.stride.set(if slow { 1 } else { CHECK_EVERY });
+        let charged = cpu
+            .saturating_sub(self.cpu_started)
+            .saturating_sub(self.cpu_nested.get());
+        if charged / CPU_NANOS_PER_OPERATION > self.max_operations {
+            return Some(Dynamic::from(TOKEN_OPERATIONS));
+        }
+        if self.check_signals && ops.wrapping_sub(self.last_signal_check.get()) >= 1 << 16 {
+            self.last_signal_check.set(ops);
             #[allow(clippy::redundant_closure_for_method_calls)]
             // the method form does not type-check
             if let Err(e) = Python::attach(|py| py.check_signals()) {
-                *st.pending.borrow_mut() = Some(e);
+                *self.pending.borrow_mut() = Some(e);
                 return Some(Dynamic::from(TOKEN_SIGNAL));
             }
         }
         None
-    })
-    .flatten()
+    }
 }
 
 /// Seconds left before the innermost call's deadline (for host functions' own timeouts).

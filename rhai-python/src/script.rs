@@ -119,8 +119,16 @@ impl Script {
         finish: impl FnOnce(Python<'_>, PyResult<Dynamic>, context::CallReport, f64) -> PyResult<T>,
     ) -> PyResult<T> {
         let size = stack::size_for_operations(self.engine.max_operations());
-        stack::try_run_on_big_stack(size, || {
-            self.run_here(py, fn_name, arity, args, timeout, cancel, finish)
+        stack::try_run_on_big_stack(size, |room| {
+            let max_operations = stack::operations_for_room(room);
+            self.run_here(
+                py,
+                fn_name,
+                arity,
+                args,
+                (timeout, cancel, max_operations),
+                finish,
+            )
         })
         .unwrap_or_else(|| {
             Err(PyMemoryError::new_err(format!(
@@ -130,17 +138,17 @@ impl Script {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// `limits`: the call's timeout, cancel flag and operation budget (what its stack can hold).
     fn run_here<T>(
         &self,
         py: Python<'_>,
         fn_name: &str,
         arity: usize,
         args: impl FnOnce() -> PyResult<Vec<Dynamic>>,
-        timeout: Option<f64>,
-        cancel: Option<Arc<AtomicBool>>,
+        limits: (Option<f64>, Option<Arc<AtomicBool>>, u64),
         finish: impl FnOnce(Python<'_>, PyResult<Dynamic>, context::CallReport, f64) -> PyResult<T>,
     ) -> PyResult<T> {
+        let (timeout, cancel, max_operations) = limits;
         if !self.has_function(fn_name, arity) {
             let err = rhai::EvalAltResult::ErrorFunctionNotFound(
                 format!("{fn_name}/{arity}"),
@@ -163,6 +171,7 @@ impl Script {
             deadline,
             cancel,
             self.output_limit,
+            max_operations,
         )
         .map_err(errors::reentrancy_error)?;
         let dyn_args = args()?;

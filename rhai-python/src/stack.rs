@@ -18,6 +18,11 @@
 //! one on any but two stacks, the deep pages are given back. If no mapping can be made
 //! (address space exhausted, even after unmapping the idle ones), the caller is
 //! told so: a script call then fails rather than run on a thread's small stack.
+//!
+//! A call that gets less than its budget asks for (the share is taken: a worker holding many
+//! provider calls gives the next ones `FLOOR_STACK`), or that is nested on another call's stack,
+//! runs with the operation budget the stack it runs on can hold (`operations_for_room`): its
+//! limits always match its stack, so no value it can build overflows it when freed.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -42,6 +47,15 @@ const SHARE_OF_ADDRESS_SPACE: usize = 4;
 
 /// Bytes of all live mappings (in calls and idle).
 static MAPPED: AtomicUsize = AtomicUsize::new(0);
+/// Stack a call keeps beside what its operations may use: the Python and binding frames around
+/// the script (arguments, results, host functions) and the signal handlers that may run on it.
+const RESERVE: usize = 512 << 10;
+
+/// The operation budget a call can run with on `room` bytes of stack.
+pub fn operations_for_room(room: usize) -> u64 {
+    u64::try_from(room.saturating_sub(RESERVE) / BYTES_PER_OPERATION).unwrap_or(u64::MAX)
+}
+
 /// The stack size for an engine with this operation budget.
 pub fn size_for_operations(max_operations: u64) -> usize {
     usize::try_from(max_operations)
@@ -54,6 +68,8 @@ pub fn size_for_operations(max_operations: u64) -> usize {
 struct Mapping {
     base: *mut libc::c_void,
     len: usize,
+    /// Bytes of the guard page at `base`.
+    guard: usize,
     /// Whether pages below the top `KEEP_HOT` bytes may be resident (a short call
     /// ran on it and it was not trimmed after); counted in `DIRTY`.
     dirty: bool,
@@ -82,6 +98,7 @@ impl Mapping {
         let mapping = Self {
             base,
             len,
+            guard: page,
             dirty: false,
         };
         // The lowest page is the guard: an overflow faults there instead of
@@ -114,6 +131,11 @@ impl Mapping {
 }
 
 impl Mapping {
+    /// The lowest address a call on this stack may use (just above its guard page).
+    fn limit(&self) -> usize {
+        self.base as usize + self.guard
+    }
+
     fn set_dirty(&mut self, dirty: bool) {
         if self.dirty && !dirty {
             DIRTY.fetch_sub(1, Ordering::Relaxed);
@@ -296,8 +318,22 @@ fn release(mapping: Mapping) {
 }
 
 thread_local! {
-    /// Whether this thread is running on one of our stacks now (nested calls stay on it).
-    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    /// The lowest usable address of the stack of ours this thread runs on now (nested calls stay
+    /// on it), 0 while it runs on its own.
+    static LIMIT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Bytes of stack below the caller's frame, down to `limit`.
+#[inline(never)]
+fn room_below(limit: usize) -> usize {
+    let marker = 0u8;
+    (ptr::addr_of!(marker) as usize).saturating_sub(limit)
+}
+
+/// The limit of the stack of ours this thread runs on (0: none; `usize::MAX`: unknown, the
+/// thread is ending).
+fn current_limit() -> usize {
+    LIMIT.try_with(Cell::get).unwrap_or(usize::MAX)
 }
 
 /// How many idle stacks the process keeps at most: one per script thread of a busy
@@ -317,21 +353,25 @@ const KEEP_HOT: usize = 256 << 10;
 /// How many stacks are `dirty` (at most `UNTRIMMED`).
 static DIRTY: AtomicUsize = AtomicUsize::new(0);
 
-/// Runs `f` on a stack of at least `size` bytes (on the current one if `f` is
-/// nested inside another such call); `None` if no stack can be made (address space
+/// Runs `f` on a stack of at least `size` bytes if it can be had (on the current one if `f` is
+/// nested inside another such call); `f` is told the bytes of stack it has below it (less than
+/// `size` when the share is taken or it is nested). `None` if no stack can be made (address space
 /// exhausted): running a script on the caller's small stack is what crashed.
 ///
 /// Thread-locals, the GIL state and Python code inside `f` behave as usual: the
 /// thread is the same, only its stack pointer moves.
-pub fn try_run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> Option<R> {
-    if ACTIVE.try_with(Cell::get).unwrap_or(true) {
-        return Some(f());
+pub fn try_run_on_big_stack<R>(size: usize, f: impl FnOnce(usize) -> R) -> Option<R> {
+    match current_limit() {
+        0 => {}
+        usize::MAX => return Some(f(0)),
+        limit => return Some(f(room_below(limit))),
     }
     let mut mapping = acquire(size)?;
     let started = Instant::now();
-    ACTIVE.set(true);
-    let outcome = run_on(&mapping, f);
-    ACTIVE.set(false);
+    let limit = mapping.limit();
+    LIMIT.set(limit);
+    let outcome = run_on(&mapping, move || f(room_below(limit)));
+    LIMIT.set(0);
     if started.elapsed() >= TRIM_AFTER {
         mapping.trim();
     } else {
@@ -345,7 +385,7 @@ pub fn try_run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> Option<R> 
 /// made: for work that is iterative anyway and only frees deep values.
 pub fn run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
     let mut f = Some(f);
-    match try_run_on_big_stack(size, || f.take().map(|f| f())) {
+    match try_run_on_big_stack(size, |_| f.take().map(|f| f())) {
         Some(Some(value)) => value,
         _ => match f.take() {
             Some(f) => f(),
@@ -358,15 +398,15 @@ pub fn run_on_big_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
 /// ours): for rare work, such as freeing a value Python held, that must not keep
 /// a big stack cached on an arbitrary thread.
 pub fn run_on_fresh_stack<R>(size: usize, f: impl FnOnce() -> R) -> R {
-    if ACTIVE.try_with(Cell::get).unwrap_or(true) {
+    if current_limit() != 0 {
         return f();
     }
     let Some(mapping) = Mapping::new(size) else {
         return f();
     };
-    let _ = ACTIVE.try_with(|a| a.set(true));
+    let _ = LIMIT.try_with(|a| a.set(mapping.limit()));
     let outcome = run_on(&mapping, f);
-    let _ = ACTIVE.try_with(|a| a.set(false));
+    let _ = LIMIT.try_with(|a| a.set(0));
     drop(mapping);
     unwrap_outcome(outcome)
 }
