@@ -15,14 +15,14 @@ waiting, a tenant already holding its fair share of the workers' slots (slots / 
 gets no new placement (``tenant_fair_share``); each tenant's ``max_inflight`` (``QuotaTable``) is a
 fixed cap on top.
 A tenant with dedicated workers (``coordinator._core.dedicated``) runs on those only, and nobody
-else runs there.
+else runs there; when the groups change, ``refresh`` moves each worker once it holds no call.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from coordinator._core.dedicated import Owners
@@ -73,8 +73,30 @@ class Placements:
         return placement
 
     def refresh(self) -> None:
-        """Re-read which processes are ACTIVE (the supervisor changes states; we only read them)."""
+        """Re-read which processes are ACTIVE (the supervisor changes states; we only read them), and
+        move the dedicated workers being drained that now hold no call."""
         self.active = [w for w in self._by_identity.values() if w.process.state is WorkerState.ACTIVE]
+        if self.owners.pending:
+            self._settle_owners()
+
+    def set_dedicated(self, workers: Mapping[str, int], node_groups: Mapping[str, str]) -> None:
+        """New dedicated groups (``ValueError``, nothing changed, if not valid); idle workers move at once,
+        busy ones once drained (``coordinator._core.dedicated``)."""
+        self.owners.replace(workers, node_groups)
+        self._settle_owners()
+
+    def owner(self, process: WorkerProcess) -> str | None:
+        """The dedicated tenant ``process`` serves (``None``: shared, or being drained before it moves)."""
+        owner = self.owners.owner(process.identity)
+        return owner if owner is None or self.owners.dedicated(owner) else None
+
+    def _settle_owners(self) -> None:
+        idle = {w.identity for w in self.active if not w.attempts}
+        busy = [w.identity for w in sorted(self.active, key=lambda w: len(w.attempts)) if w.attempts]
+        self.owners.settle(idle, busy)
+        for worker in self.active:  # a worker kept for a suspect that is now someone's: keep another
+            if worker.reserved and self.owners.owner(worker.identity) is not None:
+                worker.reserved = False
 
     def __iter__(self) -> Iterator[Placement]:
         return iter(list(self._by_identity.values()))

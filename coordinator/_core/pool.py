@@ -67,6 +67,8 @@ class WorkerInfo:
     probe: dict[str, Any] | None
     running: tuple[str, ...] = ()
     """``script:function`` of each call this worker holds."""
+    dedicated_to: str | None = None
+    """The tenant this worker runs alone (``PoolConfig.dedicated_workers``), ``None`` if shared."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +343,27 @@ class Pool:
         if self._tasks is not None and not self._closed:
             self._dispatcher.pump()
 
+    def set_dedicated(self, workers: Mapping[str, int], node_groups: Mapping[str, str]) -> None:
+        """From now on ``workers[t]`` workers run tenant ``t`` alone, taken from node group
+        ``node_groups[t]`` if it names one (as ``PoolConfig.dedicated_workers``/``dedicated_node_groups``).
+
+        Replaces the whole set (a tenant left out is shared again, at once).  No worker is started or
+        stopped and no call is failed: an idle worker moves at once; one holding calls is drained
+        first (nothing new placed there) and moves when its calls end, so a newly dedicated tenant's
+        calls may wait that long in the queue.  ``ValueError`` (nothing changed) for counts below 1,
+        groups naming a tenant without workers, or local groups leaving no shared worker.
+        """
+        if self._closed or self._tasks is None:
+            raise PoolClosed("the pool is closed" if self._closed else "the pool is not started")
+        self._dispatcher.placements.set_dedicated(workers, node_groups)
+        self._dispatcher.pump()
+
+    def dedicated(self) -> tuple[dict[str, int], dict[str, str]]:
+        """The dedicated groups asked for now: tenant → workers, tenant → node group."""
+        if self._tasks is None:
+            return dict(self.config.dedicated_workers), dict(self.config.dedicated_node_groups)
+        return self._dispatcher.placements.owners.wanted()
+
     def tenant_quotas(self, tenant: str) -> TenantQuotas:
         """The quotas that apply to ``tenant`` now."""
         return self._quotas.of(tenant)
@@ -374,8 +397,10 @@ class Pool:
             placement = self._dispatcher.placements.get(w)
             attempts = list(placement.attempts.values()) if placement is not None else []
             running = tuple(f"{a.call.handle.name}:{a.call.fn}" for a in attempts)
-            state, held = w.state.value, len(attempts)
-            infos.append(WorkerInfo(w.id, w.pid, state, w.calls, held, w.rss, w.sandbox, w.probe, running))
+            state, held, owner = w.state.value, len(attempts), self._dispatcher.placements.owner(w)
+            infos.append(
+                WorkerInfo(w.id, w.pid, state, w.calls, held, w.rss, w.sandbox, w.probe, running, owner)
+            )
         return infos
 
     def statistics(self) -> PoolStatistics:
