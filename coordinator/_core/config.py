@@ -149,7 +149,9 @@ class PoolConfig:
     """Concurrent threaded (provider/stream) calls one worker may hold."""
     tenant_max_inflight: int | None = None
     """Calls of one tenant placed at workers at once (``None``: no cap); over it, the tenant's further
-    calls wait their turn in the queue while other tenants' calls are placed."""
+    calls wait their turn in the queue while other tenants' calls are placed.  This and the other
+    ``tenant_*`` quotas are every tenant's initial ones (``tenant_quotas``); ``Pool.set_tenant_quotas``
+    sets them per tenant while the pool runs."""
     tenant_fair_share: bool = True
     """While other tenants have calls waiting, a tenant holding slots / tenants-present of the workers'
     slots gets no new placement (its calls wait); alone, a tenant may use the whole pool."""
@@ -170,7 +172,8 @@ class PoolConfig:
     again from the caller's handle, or compiled again on the next load)."""
     dedicated_workers: Mapping[str, int] = field(default_factory=dict)
     """Tenants that get workers of their own, and how many (taken out of ``workers``, which must
-    keep at least one shared): their calls run only there, and nobody else's does."""
+    keep at least one shared): their calls run only there, and nobody else's does.  The initial set:
+    ``Pool.set_dedicated`` changes it (and ``dedicated_node_groups``) while the pool runs."""
     dedicated_node_groups: Mapping[str, str] = field(default_factory=dict)
     """Tenants (of ``dedicated_workers``) whose own workers are taken only from nodes of this group
     (``rhaipool node --group``), not out of ``workers``; no other dedicated tenant takes from a group."""

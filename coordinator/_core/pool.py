@@ -337,9 +337,15 @@ class Pool:
         applies to the next admission, placement and load: calls already running are not cut, a
         lowered cap refuses new calls with its usual typed error, and a raised ``max_inflight``
         places the calls it held back at once.  ``TypeError`` (and nothing changed) for anything but
-        ``TenantQuotas``.
+        ``TenantQuotas``.  A lowered script cap forgets the scripts over it at once (those with no call
+        running; a forgotten script's handle still works).  Call it on the pool's event loop.
         """
         self._quotas.replace(default, per_tenant)
+        busy: dict[str, set[tuple[str, str]]] = {}
+        if self._tasks is not None:
+            for call in self._dispatcher.inflight.values():
+                busy.setdefault(call.tenant, set()).add((call.handle.kind, call.handle.sha256))
+        self._scripts.trim(busy)
         if self._tasks is not None and not self._closed:
             self._dispatcher.pump()
 
@@ -351,7 +357,8 @@ class Pool:
         stopped and no call is failed: an idle worker moves at once; one holding calls is drained
         first (nothing new placed there) and moves when its calls end, so a newly dedicated tenant's
         calls may wait that long in the queue.  ``ValueError`` (nothing changed) for counts below 1,
-        groups naming a tenant without workers, or local groups leaving no shared worker.
+        groups naming a tenant without workers, or local groups leaving no shared worker.  Call it on
+        the pool's event loop.
         """
         if self._closed or self._tasks is None:
             raise PoolClosed("the pool is closed" if self._closed else "the pool is not started")

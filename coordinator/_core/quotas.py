@@ -154,6 +154,19 @@ class ScriptBook:
             quota, limit = ("scripts", max_scripts) if over_count else ("script_bytes", max_bytes)
             self._refuse(tenant, quota, limit or 0, "every script it holds has a call running")
 
+    def trim(self, busy: Mapping[str, AbstractSet[ScriptKey]]) -> None:
+        """After a quota change: forget each tenant's least recently loaded scripts until it fits again,
+        keeping those with a call running (``busy``, by tenant)."""
+        for tenant in list(self._tenants):
+            quotas, book = self._quotas.of(tenant), self._tenants[tenant]
+            max_scripts, max_bytes = quotas.max_loaded_scripts, quotas.max_loaded_script_bytes
+            count, total, running = len(book), sum(book.values()), busy.get(tenant, frozenset())
+            for old in [k for k in book if k not in running]:
+                if _fits(count, total, max_scripts, max_bytes):
+                    break
+                count, total = count - 1, total - book[old]
+                self._forget(tenant, old)
+
     def admit(self, tenant: str, handle: ScriptHandle, size: int) -> None:
         """After a load (call ``make_room`` first): ``tenant`` holds ``handle``;
         the cache keeps its source."""

@@ -135,3 +135,17 @@ def test_an_idle_worker_moves_between_tenants_at_once_and_bad_groups_change_noth
             pool.set_dedicated({}, {})
 
     run(scenario())
+
+
+def test_a_tenant_pinned_live_takes_workers_of_its_node_group_only() -> None:
+    owners = Owners({}, workers=1)
+    assert [owners.assign(b"local"), owners.assign(b"g1", "g"), owners.assign(b"h1", "h")] == [None] * 3
+    owners.replace({"acme": 1}, {"acme": "g"})
+    owners.settle(idle={b"local", b"g1", b"h1"}, busy=[])
+    assert [owners.owner(i) for i in (b"local", b"g1", b"h1")] == [None, "acme", None]
+    owners.replace({"acme": 1}, {"acme": "x"})  # a group with no node yet: acme waits for one
+    owners.settle(idle={b"local", b"h1"}, busy=[b"g1"])
+    assert owners.owner(b"g1") not in (None, "acme") and owners.pending  # drained before it is shared
+    owners.settle(idle={b"local", b"g1", b"h1"}, busy=[])
+    assert [owners.owner(i) for i in (b"local", b"g1", b"h1")] == [None, None, None] and not owners.pending
+    assert owners.assign(b"x1", "x") == "acme"

@@ -143,12 +143,13 @@ def test_loaded_script_quotas_per_tenant_lowered_live_and_the_usage() -> None:
             held = [asyncio.ensure_future(pool.call(h, "nap", 1.0, 0, tenant="big")) for h in handles]
             await until(lambda: pool.tenant_usage("big").inflight == 2)
             pool.set_tenant_quotas(TenantQuotas(), {"big": TenantQuotas(max_loaded_scripts=2)})
+            assert pool.tenant_usage("big").loaded_scripts == 2  # the idle ones forgotten at once
             with pytest.raises(ScriptQuotaExceeded, match="max_loaded_scripts") as info:
                 await pool.load(
                     "fn g() { 2 }", name="g.rhai", tenant="big"
                 )  # the two left have calls running
             assert (info.value.quota, info.value.limit) == ("scripts", 2)
-            assert pool.tenant_usage("big").loaded_scripts == 2  # the idle ones were forgotten to make room
+            assert pool.tenant_usage("big").loaded_scripts == 2
             await asyncio.gather(*held)
             pool.set_tenant_quotas(TenantQuotas(), {"big": TenantQuotas(max_loaded_script_bytes=10)})
             with pytest.raises(ScriptQuotaExceeded, match="max_loaded_script_bytes"):
