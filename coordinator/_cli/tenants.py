@@ -65,10 +65,12 @@ def _issue(client: Client, tenant: str, *, new: bool) -> tuple[str, str]:
     """
     found = _find(client, tenant)
     if new and found is not None:
-        where = "the config file" if found["source"] == "config" else "the API"
-        raise TenantStateError(
-            tenant, f"tenant '{tenant}' exists (from {where}): `rhaipool tenants rotate` renews its token"
+        remedy = (
+            "its token is changed in the config file"
+            if found["source"] == "config"
+            else "`rhaipool tenants rotate` renews its token"
         )
+        raise TenantStateError(tenant, f"tenant '{tenant}' exists: {remedy}")
     if not new and found is None:
         raise TenantStateError(tenant, f"no such tenant: '{tenant}' (`rhaipool tenants add` makes one)")
     token, sha = new_token()
