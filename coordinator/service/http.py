@@ -1,28 +1,37 @@
-"""Small HTTP helpers every route uses: JSON errors, bounded JSON bodies, the caller's tenant.
+"""Small HTTP helpers every route uses: JSON errors, bodies validated by their schema, the caller's tenant.
 
 Errors are ``{"error": "one line"}`` (the reference's scripts API shape) with a 4xx/5xx status; a route
 raises :class:`HTTPError` and the app turns it into that response, so no handler builds one by hand.
+A body is read under ``max_body_bytes`` and parsed by its schema's validator (coordinator/service/
+schemas.py) in one pass; what fails is described in one line naming the field, with a "did you mean"
+for a mistyped key.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any, Final
 
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive
 
 from coordinator.service.auth import ADMIN
 from coordinator.service.errors import HTTPError
+from coordinator.service.names import shown
 from coordinator.service.state import Service
 
 __all__ = [
     "HTTPError",
     "JSONReply",
-    "field",
-    "json_body",
     "note_script",
+    "parse_body",
+    "problem",
     "reply",
     "require_admin",
     "require_any",
@@ -109,24 +118,19 @@ def require_any(request: Request) -> str | None:
     raise _unauthorized()
 
 
-async def json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object, read under the size limit; 413/400/415 with a one-line reason."""
+async def parse_body(request: Request, schema: Any) -> Any:
+    """The request's body validated by ``schema`` (a type of schemas.py): read under the size limit,
+    parsed and checked in one pass by pydantic-core (which also caps the nesting depth); 413 or a
+    one-line 400 naming the field otherwise."""
     limit = service_of(request).config.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         raise HTTPError(413, f"request body larger than {limit} bytes")
     raw = await _read_body(request.receive, limit)
-    if not raw:
-        raise HTTPError(400, "request body is empty: expected a JSON object")
     try:
-        body = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise HTTPError(400, "request body is not UTF-8") from None
-    except ValueError as exc:
-        raise HTTPError(400, f"request body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise HTTPError(400, f"request body must be a JSON object, got {type(body).__name__}")
-    return body
+        return _validator(schema)(raw)
+    except ValidationError as exc:
+        raise HTTPError(400, problem(schema, raw, exc)) from None
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
@@ -150,15 +154,95 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-    """``body[key]`` checked against ``kind``; 400 naming the field when missing or of another type."""
-    if key not in body or body[key] is None:
-        if default is ...:
-            raise HTTPError(400, f"missing field '{key}'")
-        return default
-    value = body[key]
-    bad_bool = isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))
-    if not isinstance(value, kind) or bad_bool:
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise HTTPError(400, f"field '{key}' must be {names}")
-    return value
+@cache
+def _validator(schema: Any) -> Callable[[bytes], Any]:
+    """The schema's JSON validator, built once per schema."""
+    return TypeAdapter(schema).validate_json
+
+
+@cache
+def _json_schema(schema: Any) -> dict[str, Any]:
+    return TypeAdapter(schema).json_schema()
+
+
+def problem(schema: Any, raw: bytes, exc: ValidationError) -> str:
+    """What is wrong with the body, in one line: the deepest problem first (a union reports one per
+    member; the deepest is the member the caller meant), then how many more there are."""
+    errors = exc.errors(include_url=False, include_input=False)
+    first = max(errors, key=lambda e: len(e["loc"]))
+    text = _describe(schema, raw, first)
+    return text if len(errors) == 1 else f"{text} (and {len(errors) - 1} more)"
+
+
+def _describe(schema: Any, raw: bytes, error: ErrorDetails) -> str:
+    kind, loc = error["type"], error["loc"]
+    if kind == "json_invalid":
+        return _not_json(raw, str((error.get("ctx") or {}).get("error", error["msg"])))
+    if not loc and kind in ("model_type", "dict_type", "model_attributes_type"):
+        return "request body must be a JSON object"
+    where, parents = _locate(_json_schema(schema), loc[:-1] if kind == "extra_forbidden" else loc)
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        path = f"{where}.{shown(key)}" if where else shown(key)
+        known = sorted({name for p in parents for name in p.get("properties", {})})
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f": did you mean '{close[0]}'?" if close else f" (expected one of {', '.join(known)})"
+        return f"unknown field '{path}'{hint}"
+    if kind == "missing":
+        return f"missing field '{where}'"
+    if kind == "value_error":
+        return f"field '{where}': {(error.get('ctx') or {}).get('error', error['msg'])}"
+    return f"field '{where}': {error['msg']}"
+
+
+def _not_json(raw: bytes, reason: str) -> str:
+    if not raw.strip():
+        return "request body is empty: expected a JSON object"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "request body is not UTF-8"
+    if "surrogate" in reason or "hex escape" in reason:
+        return f"request body is not JSON: {reason} (a \\u escape of a lone UTF-16 surrogate is not text)"
+    if "recursion limit" in reason:
+        return f"request body is not JSON: nested too deep ({reason})"
+    return f"request body is not JSON: {reason}"
+
+
+def _locate(root: dict[str, Any], loc: Sequence[int | str]) -> tuple[str, list[dict[str, Any]]]:
+    """The field path as the caller wrote it (``messages[0].content``) and the schemas found there.
+
+    Walks the JSON schema along pydantic's location; a part no schema there names (a union member's
+    tag, such as ``str`` or ``tool_use``) is left out of the path.
+    """
+    definitions = root.get("$defs", {})
+    here = _expand(root, definitions)
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            inner = [s["items"] for s in here if isinstance(s.get("items"), dict)]
+            if inner:
+                here, path = [x for s in inner for x in _expand(s, definitions)], f"{path}[{part}]"
+            continue
+        inner = [s["properties"][part] for s in here if part in s.get("properties", {})]
+        inner += [s["additionalProperties"] for s in here if isinstance(s.get("additionalProperties"), dict)]
+        if inner:
+            here = [x for s in inner for x in _expand(s, definitions)]
+            path = f"{path}.{shown(part)}" if path else shown(part)
+    return path, here
+
+
+def _expand(schema: dict[str, Any], definitions: dict[str, Any]) -> list[dict[str, Any]]:
+    """The schema with ``$ref`` resolved and ``anyOf``/``oneOf`` flattened into their members."""
+    out: list[dict[str, Any]] = []
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        ref = item.get("$ref")
+        if isinstance(ref, str):
+            stack.append(definitions.get(ref.rsplit("/", 1)[-1], {}))
+        elif "anyOf" in item or "oneOf" in item:
+            stack.extend(item.get("anyOf", []) + item.get("oneOf", []))
+        else:
+            out.append(item)
+    return out

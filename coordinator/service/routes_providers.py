@@ -2,20 +2,26 @@
 
 ``POST /api/providers/{name}/inference`` answers what ``rhaipool infer --json`` prints; ``/stream`` sends
 the same chunks as Server-Sent Events (``data: {...}`` per chunk, ``event: error`` for a failed item,
-``event: done`` at the end); ``/count_tokens`` and ``GET /models`` answer the other two entry points.
-Failures are ``{"error": {"class", "message", "transient"}}`` with the status :data:`STATUS` gives.
+``event: done`` at the end), holding one of the tenant's ``max_streams`` while it is open;
+``/count_tokens`` and ``GET /models`` answer the other two entry points. Failures are
+``{"error": {"class", "message", "transient"}}`` with the status :data:`STATUS` gives.
+
+``PUT|GET|DELETE /api/providers/{name}/config`` keep the tenant's own provider table (its secrets are
+never shown back); those answer ``{"error": "one line"}`` like the other routes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from coordinator.providers import (
     LoadedProvider,
@@ -28,15 +34,14 @@ from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.service.http import (
     HTTPError,
-    field,
-    json_body,
     note_script,
+    parse_body,
     reply,
     require_tenant,
     service_of,
 )
-from coordinator.service.routes_scripts import check_name
-from coordinator.service.state import with_tenant
+from coordinator.service.names import check_name
+from coordinator.service.schemas import CountTokens, InferenceRequest, ProviderTableBody
 
 __all__ = ["ROUTES", "STATUS"]
 
@@ -61,14 +66,14 @@ def _other(status: int, message: str) -> HTTPError:
 
 def _target(request: Request) -> tuple[str, str, ProviderRuntime]:
     tenant = require_tenant(request)
-    name = check_name(request.path_params["name"])
+    name = check_name(request.path_params["name"], "provider")
     return tenant, name, service_of(request).runtime(tenant)
 
 
 async def _provider(request: Request, runtime: ProviderRuntime, name: str, tenant: str) -> LoadedProvider:
     """The tenant's own loaded copy (its compile and ``initialize`` ran as that tenant), state remembered."""
     try:
-        loaded = await runtime.get(name, **with_tenant(runtime.get, tenant))
+        loaded = await runtime.get(name, tenant=tenant)
     except ProviderNotFound:
         raise _other(404, f"no provider named '{name}'") from None
     except ProviderLoadError as exc:
@@ -78,9 +83,10 @@ async def _provider(request: Request, runtime: ProviderRuntime, name: str, tenan
     return loaded
 
 
-async def _request_body(request: Request) -> dict[str, Any]:
+async def _body(request: Request, schema: Any) -> Any:
+    """The body by its schema; a refusal in the provider routes' error shape."""
     try:
-        return await json_body(request)
+        return await parse_body(request, schema)
     except HTTPError as exc:
         raise _other(exc.status, str(exc.error)) from None
 
@@ -88,9 +94,9 @@ async def _request_body(request: Request) -> dict[str, Any]:
 async def inference(request: Request) -> Response:
     """One inference with retries, rate limits and the token guard."""
     tenant, name, runtime = _target(request)
-    body = await _request_body(request)
+    body: InferenceRequest = await _body(request, InferenceRequest)
     provider = await _provider(request, runtime, name, tenant)
-    try:  # the provider just looked up: ``inference(name)`` would look it up (stat its script) again
+    try:  # the provider just looked up: ``inference(name)`` would look it up again
         response = await runtime.inference_for(provider, body, tenant=tenant)
     except RequestError as exc:
         raise _other(400, f"invalid request: {exc}") from None
@@ -99,44 +105,62 @@ async def inference(request: Request) -> Response:
     return reply(response.to_dict())
 
 
+def _event(item: Any, kind: str = "") -> str:
+    head = f"event: {kind}\n" if kind else ""
+    return f"{head}data: {json.dumps(item, ensure_ascii=False)}\n\n"
+
+
 async def _events(
-    runtime: ProviderRuntime, name: str, body: dict[str, Any], tenant: str
+    runtime: ProviderRuntime, name: str, body: InferenceRequest, tenant: str
 ) -> AsyncIterator[str]:
-    items: AsyncGenerator[Any, None] = runtime.stream(name, body, **with_tenant(runtime.stream, tenant))  # type: ignore[assignment]
-    async with contextlib.aclosing(items):
+    items = runtime.stream(name, body, tenant=tenant)
+    async with contextlib.aclosing(items):  # type: ignore[type-var]
         try:
             async for item in items:
                 if isinstance(item, StreamChunk):
-                    yield f"data: {json.dumps(item.to_dict(), ensure_ascii=False)}\n\n"
+                    yield _event(item.to_dict())
                 else:
-                    yield f"event: error\ndata: {json.dumps(item.to_dict(), ensure_ascii=False)}\n\n"
+                    yield _event(item.to_dict(), "error")
         except RequestError as exc:
-            error = {"class": "Other", "message": f"invalid request: {exc}", "transient": False}
-            yield f"event: error\ndata: {json.dumps(error)}\n\n"
+            yield _event(
+                {"class": "Other", "message": f"invalid request: {exc}", "transient": False}, "error"
+            )
         except ProviderError as exc:  # a script without ``stream`` runs ``inference``, which raises
-            yield f"event: error\ndata: {json.dumps(exc.to_dict(), ensure_ascii=False)}\n\n"
+            yield _event(exc.to_dict(), "error")
     yield "event: done\ndata: {}\n\n"
+
+
+class _HeldStream(StreamingResponse):
+    """A stream that holds ``slot`` (one of the tenant's ``max_streams``) from before its first byte
+    to its end, however it ends: a refusal is still an ordinary error reply."""
+
+    def __init__(self, events: AsyncIterator[str], slot: AbstractAsyncContextManager[None]) -> None:
+        super().__init__(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with self._slot:
+            await super().__call__(scope, receive, send)
 
 
 async def stream(request: Request) -> Response:
     """Chunks as Server-Sent Events, as the script produces them (a reader that stops cancels the script)."""
     tenant, name, runtime = _target(request)
-    body = await _request_body(request)
+    body: InferenceRequest = await _body(request, InferenceRequest)
     await _provider(request, runtime, name, tenant)
-    return StreamingResponse(
-        _events(runtime, name, body, tenant),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return _HeldStream(_events(runtime, name, body, tenant), service_of(request).stream_slot(tenant))
 
 
 async def count_tokens(request: Request) -> Response:
     """``{"text", "model"?}`` → ``{"tokens"}``."""
     tenant, name, runtime = _target(request)
-    body = await _request_body(request)
-    text, model = field(body, "text", str), field(body, "model", str, "")
+    body: CountTokens = await _body(request, CountTokens)
     provider = await _provider(request, runtime, name, tenant)
-    tokens = await runtime.count_tokens(provider, text, model, **with_tenant(runtime.count_tokens, tenant))
+    tokens = await runtime.count_tokens(provider, body.text, body.model, tenant=tenant)
     return reply({"tokens": tokens})
 
 
@@ -145,10 +169,38 @@ async def list_models(request: Request) -> Response:
     tenant, name, runtime = _target(request)
     provider = await _provider(request, runtime, name, tenant)
     try:
-        rows = await runtime.list_models(provider, **with_tenant(runtime.list_models, tenant))
+        rows = await runtime.list_models(provider, tenant=tenant)
     except ProviderError as exc:
         raise _failure(exc) from None
     return reply({"provider": name, "models": [r.to_dict() for r in rows]})
+
+
+def _table_target(request: Request) -> tuple[str, str]:
+    return require_tenant(request), check_name(request.path_params["name"], "provider")
+
+
+async def put_config(request: Request) -> Response:
+    """Set the tenant's own table (409 when the operator grants one of that name); its redacted copy."""
+    tenant, name = _table_target(request)
+    table = await parse_body(request, ProviderTableBody)
+    return reply(await service_of(request).put_provider_config(tenant, name, dict(table)))
+
+
+async def get_config(request: Request) -> Response:
+    """The tenant's own table, secret values as ``********``."""
+    tenant, name = _table_target(request)
+    table = service_of(request).provider_config(tenant, name)
+    if table is None:
+        raise HTTPError(404, f"No provider table: {name}")
+    return reply(table)
+
+
+async def delete_config(request: Request) -> Response:
+    """204, or 404 when the tenant has no table of that name."""
+    tenant, name = _table_target(request)
+    if not await service_of(request).delete_provider_config(tenant, name):
+        raise HTTPError(404, f"No provider table: {name}")
+    return Response(status_code=204)
 
 
 ROUTES: Final = [
@@ -156,4 +208,7 @@ ROUTES: Final = [
     Route("/api/providers/{name}/stream", stream, methods=["POST"]),
     Route("/api/providers/{name}/count_tokens", count_tokens, methods=["POST"]),
     Route("/api/providers/{name}/models", list_models, methods=["GET"]),
+    Route("/api/providers/{name}/config", put_config, methods=["PUT"]),
+    Route("/api/providers/{name}/config", get_config, methods=["GET"]),
+    Route("/api/providers/{name}/config", delete_config, methods=["DELETE"]),
 ]

@@ -1,15 +1,16 @@
 """The scripts API, shaped like the reference's ``lev serve`` (SPEC §4, §5.L), scoped to the token's tenant.
 
 ``GET /api/scripts``, ``GET|PUT|DELETE /api/scripts/{kind}/{name}``, ``POST /api/scripts/validate``.
-Kinds are ``provider`` and ``region_hook``; names follow the reference's rule (``[A-Za-z0-9._-]+``, not
-``.`` or ``..``, an optional ``.rhai`` suffix meaning the same script), with its 400/404 messages. The
-tenant replaces the reference's ``?agent=`` scope, so that query is refused rather than ignored.
+Kinds are ``provider`` and ``region_hook``; names follow the service's one rule (names.py: the reference's
+``[A-Za-z0-9._-]``, at most 64, not ``.`` or ``..``, an optional ``.rhai`` suffix meaning the same
+script), with the reference's 400/404 messages; bodies are schemas.py's ``ScriptPut`` and
+``ScriptValidate``. The tenant replaces the reference's ``?agent=`` scope, so that query is refused
+rather than ignored.
 A script that does not compile is still stored (an editor saves work in progress); the reply says so.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final
 
 from starlette.requests import Request
@@ -19,19 +20,18 @@ from starlette.routing import Route
 from coordinator.providers.metadata import parse_metadata
 from coordinator.service.http import (
     HTTPError,
-    field,
-    json_body,
     note_script,
+    parse_body,
     reply,
     require_tenant,
     service_of,
 )
+from coordinator.service.names import check_name
+from coordinator.service.schemas import ScriptPut, ScriptValidate
 from coordinator.service.storage import ScriptRow
 from coordinator.service.validation import KIND_LIST, KINDS
 
-__all__ = ["ROUTES", "check_kind", "check_name"]
-
-_SAFE: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+__all__ = ["ROUTES", "check_kind"]
 
 
 def check_kind(kind: str) -> str:
@@ -41,22 +41,12 @@ def check_kind(kind: str) -> str:
     return kind
 
 
-def check_name(name: str) -> str:
-    """The name without ``.rhai``, or 400 with the reference's message."""
-    stem = name.removesuffix(".rhai")
-    if stem in ("", ".", "..") or not _SAFE.match(stem):
-        raise HTTPError(
-            400, f"Invalid script name '{name}': names may contain only letters, digits, '.', '_' and '-'"
-        )
-    return stem
-
-
 def _target(request: Request) -> tuple[str, str, str]:
     tenant = require_tenant(request)
     if "agent" in request.query_params:
         raise HTTPError(400, "Scripts are scoped to the token's tenant, so this route takes no ?agent=")
     kind = check_kind(request.path_params["kind"])
-    name = check_name(request.path_params["name"])
+    name = check_name(request.path_params["name"], "script")
     note_script(request, f"{kind}/{name}", None)
     return tenant, kind, name
 
@@ -86,7 +76,7 @@ async def list_scripts(request: Request) -> Response:
     if "agent" in request.query_params:
         raise HTTPError(400, "Scripts are scoped to the token's tenant, so this route takes no ?agent=")
     rows = await service_of(request).storage.list_scripts(tenant)
-    return reply({"scripts": [await _describe(request, tenant, row, content=False) for _, row in rows]})
+    return reply({"scripts": [await _describe(request, tenant, row, content=False) for row in rows]})
 
 
 async def get_script(request: Request) -> Response:
@@ -101,7 +91,7 @@ async def get_script(request: Request) -> Response:
 async def put_script(request: Request) -> Response:
     """Store it (durable before the reply), then say whether it compiles."""
     tenant, kind, name = _target(request)
-    content = field(await json_body(request), "content", str)
+    content = (await parse_body(request, ScriptPut)).content
     service = service_of(request)
     row = await service.put_script(tenant, kind, name, content)
     valid, error = await service.validator.check(kind, name, content, tenant)
@@ -122,10 +112,8 @@ async def delete_script(request: Request) -> Response:
 async def validate_script(request: Request) -> Response:
     """Compile without storing: ``{"valid", "error"?}``."""
     tenant = require_tenant(request)
-    body = await json_body(request)
-    kind = check_kind(field(body, "kind", str))
-    content = field(body, "content", str)
-    valid, error = await service_of(request).validator.check(kind, "script", content, tenant)
+    body = await parse_body(request, ScriptValidate)
+    valid, error = await service_of(request).validator.check(body.kind, "script", body.content, tenant)
     return reply({"valid": valid} if error is None else {"valid": valid, "error": error})
 
 
