@@ -9,7 +9,7 @@ Patterns are globs on the lower-case host name as the URL writes it (``*`` any r
 included, ``?`` one character): ``*.example.com`` matches ``a.example.com`` and ``a.b.example.com`` but
 not ``example.com``. An IP-literal host is matched as text (``127.0.0.1``, ``::1``). The port is the
 URL's explicit port, else 80 for http and 443 for https. A request must pass both the provider's own
-rule (``policy.py``) and this one; a redirect hop is checked again.
+rule (``policy.py``) and this one; so does each redirect hop (followed only to the same origin).
 """
 
 from __future__ import annotations

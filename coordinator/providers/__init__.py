@@ -15,10 +15,18 @@ for demos, benchmarks and tests).
 
 from __future__ import annotations
 
-from coordinator.providers.config import ProvidersConfig, ProviderTable, RateLimit, load_config
+from coordinator.providers.config import (
+    ProvidersConfig,
+    ProviderTable,
+    RateLimit,
+    load_config,
+    parse_provider_table,
+    redacted_table,
+)
 from coordinator.providers.errors import (
     ApiError,
     InvalidResponse,
+    ProviderCallTimeout,
     ProviderConfigError,
     ProviderError,
     ProviderLoadError,
@@ -37,6 +45,7 @@ from coordinator.providers.metadata import Metadata, MimeRow
 from coordinator.providers.models import Capabilities, ModelInfo
 from coordinator.providers.response import Response, ResponseToolCall, StreamChunk, TokenUsage, ToolCallDelta
 from coordinator.providers.runtime import ProviderRuntime
+from coordinator.providers.source import ScriptSource
 
 __all__ = [
     "ApiError",
@@ -47,6 +56,7 @@ __all__ = [
     "MimeRow",
     "ModelInfo",
     "PoolExecutor",
+    "ProviderCallTimeout",
     "ProviderConfigError",
     "ProviderError",
     "ProviderLoadError",
@@ -61,6 +71,7 @@ __all__ = [
     "RerunDiverged",
     "Response",
     "ResponseToolCall",
+    "ScriptSource",
     "StreamChunk",
     "TokenLimitExceeded",
     "TokenUsage",
@@ -68,4 +79,6 @@ __all__ = [
     "Unavailable",
     "UnclassifiedProviderError",
     "load_config",
+    "parse_provider_table",
+    "redacted_table",
 ]

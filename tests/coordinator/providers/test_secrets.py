@@ -116,7 +116,9 @@ def test_env_entries_and_env_var_values_are_placeholders_too(harness: Harness) -
         answer = await rt.inference("groq", REQ, tenant="acme")
         sender = await rt.get("p", tenant="acme")
         echoed = await rt.inference("p", ask(f"envheader {server.url}/echo"), tenant="acme")
-        seen = [r.headers.get("authorization") or r.headers.get("x-token", "") for r in received(server, since)]
+        seen = [
+            r.headers.get("authorization") or r.headers.get("x-token", "") for r in received(server, since)
+        ]
         assert answer.content == "echo: hi"
         return groq.state, sender.state, echoed.content, seen
 
@@ -155,7 +157,9 @@ def test_header_and_query_reach_the_upstream_with_the_real_value(harness: Harnes
         ("name", "header name"),
     ],
 )
-def test_placeholder_outside_headers_and_query_is_refused(harness: Harness, where: str, expected: str) -> None:
+def test_placeholder_outside_headers_and_query_is_refused(
+    harness: Harness, where: str, expected: str
+) -> None:
     tenant_harness(harness, base_url=harness.server.url).write("p", SENDER)
     server = harness.server
 
@@ -205,3 +209,24 @@ def test_library_mode_keeps_handing_the_values_over(harness: Harness) -> None:
 
     state = harness.run(body)
     assert (state["key"], state["env"]) == (KEY, ENV_KEY)
+
+
+def test_a_proxy_password_never_reaches_a_single_user_script(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 point 8, through a real worker: ``env_var`` answers ``()`` for a proxy with a password."""
+    harness.write(
+        "p",
+        "fn initialize(config) { #{} }\n"
+        "fn inference(state, request) {\n"
+        '    #{ content: `${env_var("HTTPS_PROXY")}|${env_var("http_proxy")}` }\n'
+        "}\n",
+    )
+
+    async def body(rt: ProviderRuntime) -> str:
+        # set once the workers run (they are spawned with the coordinator's environment)
+        monkeypatch.setenv("HTTPS_PROXY", "http://user:hunter2@proxy.example:3128")
+        monkeypatch.setenv("http_proxy", "http://proxy.example:3128")
+        return (await rt.inference("p", REQ)).content
+
+    assert harness.run(body) == "|http://proxy.example:3128"
