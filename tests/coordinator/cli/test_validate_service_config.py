@@ -22,9 +22,7 @@ def _run(*args: str) -> Any:
 
 
 def test_a_correct_service_config_passes_without_provider_script_files(tmp_path: Path) -> None:
-    config = write_config(
-        tmp_path, port=free_port(), extra=OPERATOR_TABLE.replace("[model_providers.groq]", "")
-    )
+    config = write_config(tmp_path, port=free_port())
     config.write_text(config.read_text() + OPERATOR_TABLE)
     assert not list(tmp_path.glob("**/*.rhai"))
     result = _run("validate", "--config", str(config), "--json")
