@@ -16,9 +16,9 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from coordinator.egress.secrets import Secrets
+from coordinator.egress.secrets import SecretMisuse, Secrets
 
 __all__ = ["EnvResolver", "carries_password", "is_credential_shaped"]
 
@@ -82,7 +82,7 @@ class EnvResolver:
     """One provider's view of environment variables."""
 
     provider: str
-    configured: tuple[tuple[str, str], ...] = ()
+    configured: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # secret values, never shown
     allow: frozenset[str] = frozenset()
     tenant_mode: bool = False
     environ: Mapping[str, str] | None = None
@@ -109,7 +109,13 @@ class EnvResolver:
             return None
         if self.tenant_mode:
             value = self._tenant_value(name)
-            return self.secrets.placeholder(value) if value and self.secrets is not None else value
+            if not value or self.secrets is None:
+                return value
+            try:
+                return self.secrets.placeholder(value)
+            except SecretMisuse as exc:  # too many distinct values: this one stays out of reach
+                log.warning("provider %s: env_var(%r) hidden: %s", self.provider, name, exc)
+                return None
         values = dict(self.configured)
         if name in values:
             return values[name]

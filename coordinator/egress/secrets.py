@@ -5,7 +5,8 @@ In tenant mode a provider's secret values (its table's ``api_key`` and credentia
 placeholder per value instead -- ``rhaipool-secret-`` and 32 random hex digits, new for every loaded
 provider -- and egress puts the real value back at the last moment, in two places only:
 
-* a request **header value**, and
+* a request **header value** (inside a ``Basic`` credential too: ``encode_base64(user + ":" + key)``
+  is decoded, filled and encoded again), and
 * the URL's **query string** (percent-encoded, as ``encode_uri`` would have done),
 
 and only on a request to one of the provider's secret hosts (its table's ``base_url`` host and
@@ -18,6 +19,8 @@ placeholder, so an API that echoes the key hands the script nothing new.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import secrets
 from urllib.parse import quote
@@ -30,6 +33,20 @@ PLACEHOLDER_PREFIX = "rhaipool-secret-"
 _PLACEHOLDER = re.compile(re.escape(PLACEHOLDER_PREFIX) + r"[0-9a-f]{32}")
 #: Most distinct secret values one loaded provider may hold (table keys, env entries, env_var names).
 MAX_SECRETS = 256
+
+
+_BASIC = "basic "
+
+
+def _basic_text(value: str) -> str | None:
+    """The decoded credential of a ``Basic`` header value when it holds a placeholder, else None."""
+    if value[: len(_BASIC)].lower() != _BASIC:
+        return None
+    try:
+        text = base64.b64decode(value[len(_BASIC) :].strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return text if looks_like_placeholder(text) else None
 
 
 class SecretMisuse(EgressDenied):
@@ -102,7 +119,7 @@ class Secrets:
         for name, value in headers.items():
             if looks_like_placeholder(name):
                 raise self._refused(f"a header name ({name[:40]!r}...)")
-            in_headers = in_headers or looks_like_placeholder(value)
+            in_headers = in_headers or looks_like_placeholder(value) or _basic_text(value) is not None
         if not (in_query or in_headers):
             return url, headers
         if host.strip("[]") not in self.hosts:
@@ -118,6 +135,10 @@ class Secrets:
         return url, headers
 
     def _fill_header(self, name: str, value: str) -> str:
+        basic = _basic_text(value)
+        if basic is not None:
+            filled = _PLACEHOLDER.sub(lambda m: self._real(m.group(0), f"header {name!r}"), basic)
+            return value[: len(_BASIC)] + base64.b64encode(filled.encode("utf-8")).decode("ascii")
         if not looks_like_placeholder(value):
             return value
         filled = _PLACEHOLDER.sub(lambda m: self._real(m.group(0), f"header {name!r}"), value)

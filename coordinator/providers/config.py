@@ -94,9 +94,12 @@ class RateLimit:
     tokens_per_minute: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ProviderTable:
-    """One ``[model_providers.<name>]`` table, split into what rhaipool uses and what the script gets."""
+    """One ``[model_providers.<name>]`` table, split into what rhaipool uses and what the script gets.
+
+    Its ``repr`` is :func:`redacted_table`'s: a table in a log line or a traceback shows no secret.
+    """
 
     name: str
     script: str | None = None
@@ -108,6 +111,9 @@ class ProviderTable:
     env: tuple[tuple[str, str], ...] = ()
     allow_env_vars: tuple[str, ...] = ()
     max_response_bytes: int | None = None
+
+    def __repr__(self) -> str:
+        return f"ProviderTable({self.name!r}, {redacted_table(self)!r})"
 
     @property
     def base_url(self) -> str | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import errors as pool_errors
-from coordinator.egress import Egress, EgressPolicy, EnvResolver, Secrets
+from coordinator.egress import Egress, EgressPolicy, EnvResolver, SecretMisuse, Secrets
 from coordinator.egress.policy import host_of
 from coordinator.providers.config import ProvidersConfig, ProviderTable, refreshed, resolve_script
 from coordinator.providers.errors import ProviderError, ProviderLoadError, ProviderNotFound
@@ -351,7 +351,10 @@ class ProviderLoader:
             None, build_policy(name, self.config, table, None, secrets), env, offline=True, tenant=tenant
         )
         mask = secrets.placeholder if secrets is not None else None
-        config = table.init_config(mask) if table else {}
+        try:
+            config = table.init_config(mask) if table else {}
+        except SecretMisuse as exc:
+            raise ProviderLoadError(f"provider {name}: {exc}") from None
         cap = CallCap.start(self.config.call_timeout_secs, "initialize")
         try:
             state = await cap.run(

@@ -40,9 +40,9 @@ def capped(harness: Harness) -> None:
 def test_inference_stream_and_list_models_end_by_the_cap(harness: Harness) -> None:
     capped(harness)
 
-    async def body(rt: ProviderRuntime) -> list[tuple[str, float, BaseException | ProviderError]]:
+    async def body(rt: ProviderRuntime) -> list[tuple[str, float, ProviderError]]:
         provider = await rt.get("p")
-        seen = []
+        seen: list[tuple[str, float, ProviderError]] = []
         start = time.monotonic()
         with pytest.raises(ProviderError) as inference:
             await rt.inference("p", REQ)

@@ -7,6 +7,7 @@ received (the real key, in the header or query string, and only there).
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from pathlib import Path
@@ -39,6 +40,8 @@ fn inference(state, request) {
         http_get(url, #{ "Authorization": `Bearer ${state.key}` })
     } else if where == "envheader" {
         http_get(url, #{ "X-Token": state.env })
+    } else if where == "basic" {
+        http_get(url, #{ "Authorization": "Basic " + encode_base64("user:" + state.key) })
     } else if where == "query" {
         http_get(`${url}?key=${state.key}`, #{})
     } else if where == "path" {
@@ -139,13 +142,14 @@ def test_header_and_query_reach_the_upstream_with_the_real_value(harness: Harnes
         since = len(server.requests)
         answers = [
             (await rt.inference("p", ask(f"{where} {server.url}/echo"), tenant="acme")).content
-            for where in ("header", "query")
+            for where in ("header", "query", "basic")
         ]
         got = received(server, since)
         return [(r.headers.get("authorization"), r.query.get("key")) for r in got], answers
 
     seen, answers = harness.run(body)
-    assert seen == [(f"Bearer {KEY}", None), (None, KEY)]
+    basic = "Basic " + base64.b64encode(f"user:{KEY}".encode()).decode()
+    assert seen == [(f"Bearer {KEY}", None), (None, KEY), (basic, None)]
     assert all(KEY not in a for a in answers)  # /echo shows the header: turned back into the placeholder
 
 
@@ -230,3 +234,15 @@ def test_a_proxy_password_never_reaches_a_single_user_script(
         return (await rt.inference("p", REQ)).content
 
     assert harness.run(body) == "|http://proxy.example:3128"
+
+
+def test_a_table_with_too_many_secrets_does_not_load(harness: Harness) -> None:
+    from coordinator.providers.loader import ProviderLoadError
+
+    tenant_harness(harness, **{f"token_{i}": f"value-{i}" for i in range(300)}).write("p", SENDER)
+
+    async def body(rt: ProviderRuntime) -> None:
+        with pytest.raises(ProviderLoadError, match="more than 256 secret values"):
+            await rt.get("p", tenant="acme")
+
+    harness.run(body)
