@@ -167,9 +167,10 @@ def _json_schema(schema: Any) -> dict[str, Any]:
 
 def problem(schema: Any, raw: bytes, exc: ValidationError) -> str:
     """What is wrong with the body, in one line: the deepest problem first (a union reports one per
-    member; the deepest is the member the caller meant), then how many more there are."""
+    member; the deepest is the member the caller meant), an unknown key before a missing one (a
+    mistyped key is both), then how many more there are."""
     errors = exc.errors(include_url=False, include_input=False)
-    first = max(errors, key=lambda e: len(e["loc"]))
+    first = max(errors, key=lambda e: (len(e["loc"]), e["type"] == "extra_forbidden"))
     text = _describe(schema, raw, first)
     return text if len(errors) == 1 else f"{text} (and {len(errors) - 1} more)"
 
@@ -185,7 +186,7 @@ def _describe(schema: Any, raw: bytes, error: ErrorDetails) -> str:
         key = str(loc[-1])
         path = f"{where}.{shown(key)}" if where else shown(key)
         known = sorted({name for p in parents for name in p.get("properties", {})})
-        close = difflib.get_close_matches(key, known, n=1)
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
         hint = f": did you mean '{close[0]}'?" if close else f" (expected one of {', '.join(known)})"
         return f"unknown field '{path}'{hint}"
     if kind == "missing":

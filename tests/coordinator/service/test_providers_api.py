@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from service_support import TOKENS, ServiceProcess
+from service_support import ADMIN, TOKENS, ServiceProcess
 
 from coordinator._cli.demo import GROQ_SCRIPT
 from coordinator.client import ServiceError
@@ -127,7 +127,7 @@ def test_every_provider_call_runs_as_the_calling_tenant(service: ServiceProcess,
     acme.inference("groq", PONG)
     acme.count_tokens("groq", "hello", "standin-small")
     acme.list_models("groq")
-    text = httpx.get(service.url + "/metrics", timeout=10).text
+    text = httpx.get(service.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10).text
     tenants = {
         s.labels["tenant"]
         for family in text_string_to_metric_families(text)
@@ -135,3 +135,42 @@ def test_every_provider_call_runs_as_the_calling_tenant(service: ServiceProcess,
         for s in family.samples
     }
     assert "acme" in tenants and "default" not in tenants
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b'{"model": "m", "mesages": []}', "unknown field 'mesages': did you mean 'messages'?"),
+        (b'{"model": "m", "temperature": Infinity}', "finite"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": [1]}]}', "messages[0].content"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "\\udc00"}]}', "surrogate"),
+        (b'{"model": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deep"),
+    ],
+)
+def test_bad_inference_bodies_are_400_error_objects(
+    service: ServiceProcess, acme: object, body: bytes, why: str
+) -> None:
+    for operation in ("inference", "stream"):
+        r = httpx.post(
+            f"{service.url}/api/providers/groq/{operation}", content=body,
+            headers={"Authorization": f"Bearer {TOKENS['acme']}"}, timeout=30,
+        )  # fmt: skip
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["class"] == "Other" and error["transient"] is False and why in error["message"]
+
+
+def test_count_tokens_body_is_checked(service: ServiceProcess, acme: object) -> None:
+    r = httpx.post(
+        f"{service.url}/api/providers/groq/count_tokens", json={"txt": "x"},
+        headers={"Authorization": f"Bearer {TOKENS['acme']}"}, timeout=30,
+    )  # fmt: skip
+    assert r.status_code == 400 and "did you mean 'text'" in r.json()["error"]["message"]
+
+
+def test_provider_names_follow_the_name_rule(service: ServiceProcess) -> None:
+    r = httpx.post(
+        f"{service.url}/api/providers/{'x' * 65}/inference", json=PONG,
+        headers={"Authorization": f"Bearer {TOKENS['acme']}"}, timeout=30,
+    )  # fmt: skip
+    assert r.status_code == 400 and "Invalid provider name" in r.json()["error"]

@@ -112,3 +112,53 @@ def test_delete_region(acme: object) -> None:
     with pytest.raises(ServiceError) as gone:
         acme.render("temp")
     assert gone.value.status == 404
+
+
+def test_bad_entry_values_are_400_and_the_region_stays_readable(
+    service: ServiceProcess, acme: object
+) -> None:
+    before = acme.get_region("notes")["entries"]
+    for raw in (
+        b'{"content": "x", "timestamp": Infinity}',
+        b'{"content": "x", "timestamp": 9223372036854775808}',
+        b'{"content": "x", "tool_calls": [1]}',
+        b'{"content": "x", "tool_calls": [{"id": "a", "name": "b", "arguments": NaN}]}',
+        b'{"content": "\\ud800"}',
+        b'{"content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ):
+        r = httpx.post(
+            service.url + "/api/regions/notes/write", content=raw,
+            headers={"Authorization": f"Bearer {TOKENS['acme']}"}, timeout=30,
+        )  # fmt: skip
+        assert r.status_code == 400, (raw[:60], r.text)
+        assert "\n" not in r.json()["error"]
+    assert acme.get_region("notes")["entries"] == before
+
+
+def test_a_mistyped_render_key_is_refused_with_a_suggestion(acme: object) -> None:
+    with pytest.raises(ServiceError) as refused:
+        acme._call("POST", "/api/regions/notes/render", {"stage": "plan"})
+    assert refused.value.status == 400
+    assert refused.value.message == "unknown field 'stage': did you mean 'stage_name'?"
+
+
+@pytest.mark.parametrize("name", ["a b", "x" * 65, "a/b", "..", ""])
+def test_region_names_follow_the_name_rule(acme: object, name: str) -> None:
+    with pytest.raises(ServiceError) as refused:
+        acme._call("POST", "/api/regions", {"name": name, "script": "upper", "budget": 10})
+    assert refused.value.status == 400 and "Invalid region name" in refused.value.message
+
+
+def test_a_budget_past_64_bits_is_refused_before_storing(acme: object) -> None:
+    for budget in (10**30, 2**63):
+        with pytest.raises(ServiceError) as refused:
+            body = {"name": "huge", "script": "upper", "budget": budget, "persistent": True}
+            acme._call("POST", "/api/regions", body)
+        assert refused.value.status == 400 and "budget" in refused.value.message
+    assert "huge" not in {r["name"] for r in acme.list_regions()["regions"]}
+
+
+def test_replace_with_negative_tokens_is_400(acme: object) -> None:
+    with pytest.raises(ServiceError) as refused:
+        acme._call("POST", "/api/regions/notes/replace", {"content": "x", "tokens": -1})
+    assert refused.value.status == 400 and "tokens" in refused.value.message

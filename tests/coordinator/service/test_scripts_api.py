@@ -152,3 +152,41 @@ def test_a_tenant_never_sees_another_tenants_scripts(service: ServiceProcess) ->
             assert refused.value.status == 404
         globex.put_script("region_hook", "secret", "fn render(ctx) { `globex` }")
         assert acme.get_script("region_hook", "secret")["content"] == GOOD_HOOK
+
+
+@pytest.mark.parametrize("name", ["x" * 65, "x" * 300, "a%09b", "%C3%A9"])
+def test_names_over_the_limit_or_outside_the_charset_are_refused_before_storing(
+    service: ServiceProcess, name: str
+) -> None:
+    """A 300-character name was once stored and then stopped the service from starting."""
+    r = _raw(service, "PUT", f"/api/scripts/region_hook/{name}", json={"content": GOOD_HOOK})
+    assert r.status_code == 400 and r.json()["error"].startswith("Invalid script name")
+    assert "\n" not in r.json()["error"] and len(r.json()["error"]) < 300
+    listed = _raw(service, "GET", "/api/scripts").json()["scripts"]
+    assert all(len(s["name"]) <= 64 for s in listed)
+
+
+def test_a_name_of_exactly_64_is_stored(service: ServiceProcess) -> None:
+    with service.client("acme") as c:
+        assert c.put_script("region_hook", "n" * 64, GOOD_HOOK)["compiles"] is True
+        assert c.get_script("region_hook", "n" * 64 + ".rhai")["name"] == "n" * 64
+        c.delete_script("region_hook", "n" * 64)
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b'{"content": "fn render(ctx) { \\"\\ud800\\" }"}', "surrogate"),
+        (b'{"content": "x", "contnet": "y"}', "unknown field 'contnet': did you mean 'content'?"),
+        (b'{"conten": "x"}', "unknown field 'conten': did you mean 'content'?"),
+    ],
+)
+def test_a_refused_script_body_stores_nothing(service: ServiceProcess, body: bytes, why: str) -> None:
+    r = _raw(service, "PUT", "/api/scripts/region_hook/refused", content=body)
+    assert r.status_code == 400 and why in r.json()["error"], r.text
+    assert _raw(service, "GET", "/api/scripts/region_hook/refused").status_code == 404
+
+
+def test_validate_refuses_unknown_keys(service: ServiceProcess) -> None:
+    r = _raw(service, "POST", "/api/scripts/validate", json={"kind": "provider", "content": "", "knd": 1})
+    assert r.status_code == 400 and r.json()["error"].startswith("unknown field 'knd'")
