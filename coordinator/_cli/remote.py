@@ -146,13 +146,37 @@ def remote_models(name: str, as_json: bool, server: str) -> int:
     return 0
 
 
+def _service_workers(server: str, client: Client) -> tuple[list[dict[str, Any]] | None, bool]:
+    """The service's workers and whether it can run calls.
+
+    A tenant's token is not shown the workers (their pids and memory are the operator's): with
+    ``$RHAIPOOL_ADMIN_TOKEN`` set they are read with it, else the service's readiness stands for them.
+    """
+    admin = token_from_env(admin=True)
+    if admin and admin != token_from_env():
+        with Client(server, admin) as operator:
+            status = operator.status()
+    else:
+        status = client.status()
+    workers = status.get("workers")
+    if workers is not None:
+        return workers, bool(workers)
+    try:
+        client.readyz()
+    except ServiceError as exc:
+        if exc.status != 503:
+            raise
+        return None, False
+    return None, True
+
+
 def remote_doctor(server: str, target: str | None, as_json: bool) -> int:
     """``doctor --server URL [-m PROVIDER/MODEL]``:
     the service's workers and sandbox layers, one inference."""
     try:
         with _client(server) as client:
-            status = client.status()
-            report: dict[str, Any] = {"workers": status["workers"], "ok": bool(status["workers"])}
+            workers, ready = _service_workers(server, client)
+            report: dict[str, Any] = {"workers": workers or [], "ok": ready}
             if target:
                 name, _, model = target.partition("/")
                 ask = {
@@ -174,6 +198,11 @@ def remote_doctor(server: str, target: str | None, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))
     else:
+        if workers is None:
+            click.echo(
+                f"service {'ready' if ready else 'NOT ready'} (its workers are shown to the admin token: "
+                "set $RHAIPOOL_ADMIN_TOKEN to see them)"
+            )
         for w in report["workers"]:
             click.echo(f"worker {w['id']} (pid {w['pid']}, {w['state']}): sandbox {', '.join(w['sandbox'])}")
         if target:

@@ -20,15 +20,15 @@ def _mb(value: int) -> str:
 
 
 def status_text(doc: dict[str, Any]) -> str:
-    """The status document for a person (a tenant's token sees no workers: the lines are left out)."""
-    queue = doc.get("queue", {})
-    lines = [
-        f"uptime {doc.get('uptime_secs', 0):.0f} s{'  DRAINING' if doc.get('draining') else ''}",
-        (
-            f"queue: {queue.get('queued', 0)} queued, {queue.get('inflight', 0)} at workers, "
-            f"{queue.get('http_inflight', 0)} HTTP calls in flight"
-        ),
-    ]
+    """The status document for a person: the admin's (workers, queues, tenants) or a tenant's own
+    (its calls and quotas; the service shows a tenant no worker)."""
+    lines = [f"uptime {doc.get('uptime_secs', 0):.0f} s{'  DRAINING' if doc.get('draining') else ''}"]
+    if "queue" in doc:
+        queue = doc["queue"]
+        lines.append(
+            f"queue: {queue['queued']} queued, {queue['inflight']} at workers, "
+            f"{queue['http_inflight']} HTTP calls in flight"
+        )
     if "workers" in doc:
         lines.append(f"workers ({len(doc['workers'])}):")
         for w in doc["workers"]:
@@ -40,6 +40,11 @@ def status_text(doc: dict[str, Any]) -> str:
     lines.append(
         "tenants: " + (", ".join(f"{t['id']} ({t.get('regions', 0)} regions)" for t in tenants) or "-")
     )
+    if "workers" not in doc:
+        for tenant in tenants:
+            for key, quota in sorted(tenant.get("quotas", {}).items()):
+                used = f"{quota['used']} of " if "used" in quota else ""
+                lines.append(f"  {key}: {used}{quota.get('limit')}")
     return "\n".join(lines)
 
 

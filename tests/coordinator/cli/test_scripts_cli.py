@@ -169,3 +169,12 @@ def test_the_listen_address_becomes_the_url_a_local_client_reaches(
     path = tmp_path / "serve.toml"
     path.write_text(f"[serve]\n{serve}\n")
     assert listen_url(path) == url
+
+
+def test_status_with_a_tenant_token_shows_its_own_quotas_and_no_worker(service: ServiceProcess) -> None:
+    shown = cli("status", "--server", service.url)
+    assert shown.exit_code == 0, shown.output
+    assert "max_scripts: 0 of" in shown.stdout and "acme" in shown.stdout
+    assert "pid" not in shown.stdout and "globex" not in shown.stdout
+    admin = cli("status", "--server", service.url, admin=ADMIN)
+    assert admin.exit_code == 0 and "workers (" in admin.stdout and "globex" in admin.stdout
