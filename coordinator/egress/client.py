@@ -112,6 +112,11 @@ def _redacted(policy: EgressPolicy, error: HostError) -> HostError:
     return error
 
 
+def _unsecret(policy: EgressPolicy, text: str) -> str:
+    """``text`` with the provider's real secret values turned back into placeholders, if it has any."""
+    return policy.secrets.redact(text) if policy.secrets is not None and len(policy.secrets) else text
+
+
 def _same_origin(a: URL, b: URL) -> bool:
     return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
 
@@ -279,7 +284,7 @@ class Egress:
             response.release()
         await reservation.grow(len(raw))  # its text, held beside the bytes until it is handed over
         if not 200 <= response.status < 300:
-            body = decode_lossy(response, raw)
+            body = _unsecret(policy, decode_lossy(response, raw))  # before it is cut to an error's length
             if response.status in _REDIRECTS and response.headers.get("location"):
                 body = (
                     f"redirect to another origin refused ({response.headers.get('location')}) {body}".strip()
@@ -397,7 +402,7 @@ class Egress:
                     raw = await read_capped(response, policy.max_response_bytes, reservation.grow)
             except (*TRANSPORT_ERRORS, HostError):
                 raw = bytearray()
-            text = decode_lossy(response, raw)
+            text = _unsecret(policy, decode_lossy(response, raw))
             raise status_error(response.status, text, response.headers.get("retry-after"))
         framer = SseFramer()
         chunks = aiter(body_chunks(response))

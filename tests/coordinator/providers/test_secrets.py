@@ -42,6 +42,10 @@ fn inference(state, request) {
         http_get(url, #{ "X-Token": state.env })
     } else if where == "basic" {
         http_get(url, #{ "Authorization": "Basic " + encode_base64("user:" + state.key) })
+    } else if where == "reflected" {
+        let pad = "";
+        for i in 0..4090 { pad += "x"; }
+        http_get(`${url}?body=${pad}${state.key}`, #{})
     } else if where == "query" {
         http_get(`${url}?key=${state.key}`, #{})
     } else if where == "path" {
@@ -246,3 +250,20 @@ def test_a_table_with_too_many_secrets_does_not_load(harness: Harness) -> None:
             await rt.get("p", tenant="acme")
 
     harness.run(body)
+
+
+def test_an_error_body_reflecting_the_key_shows_not_even_part_of_it(harness: Harness) -> None:
+    """The API answers 401 with the key at the cut-off of an error message (4 096 characters): the
+    value is turned back into its placeholder before the message is cut, so no prefix of it shows."""
+    tenant_harness(harness, base_url=harness.server.url).write("p", SENDER)
+    server = harness.server
+
+    async def body(rt: ProviderRuntime) -> tuple[str, str | None]:
+        since = len(server.requests)
+        with pytest.raises(ProviderError) as info:
+            await rt.inference("p", ask(f"reflected {server.url}/status/401"), tenant="acme")
+        return info.value.message, received(server, since)[0].query.get("body")
+
+    message, sent = harness.run(body)
+    assert sent is not None and sent.endswith(KEY)  # the upstream did get the key (in the query string)
+    assert "HTTP 401" in message and KEY[:6] not in message
