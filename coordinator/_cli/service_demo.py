@@ -31,6 +31,8 @@ workers = 1
 
 [tenants.demo]
 token_sha256 = "{sha}"
+# the operator's [model_providers.groq] table reaches a tenant only when granted
+providers = ["groq"]
 
 [model_providers.groq]
 api_key = "demo-key"
