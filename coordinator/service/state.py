@@ -35,7 +35,7 @@ from coordinator.providers.config import (
     redacted_table,
 )
 from coordinator.service.auth import Tokens
-from coordinator.service.config import ServeConfig, TenantLimits, load_service_config
+from coordinator.service.config import ServeConfig, ServiceConfigError, TenantLimits, load_service_config
 from coordinator.service.errors import HTTPError, LimitReached
 from coordinator.service.regions import RegionBook
 from coordinator.service.secrets import Sealer, SecretsUnavailable
@@ -105,12 +105,6 @@ class Service:
         if self.config.local_workers is not None:
             options["workers"] = self.config.local_workers
             options.setdefault("spares", min(1, self.config.local_workers))  # 0: no local spare either
-        configured = {t: self.config.limits(t) for t in self.config.tenants}
-        dedicated = {t: lim.dedicated_workers for t, lim in configured.items() if lim.dedicated_workers}
-        if dedicated:
-            options.setdefault("dedicated_workers", dedicated)
-            groups = {t: lim.node_group for t, lim in configured.items() if lim.node_group and t in dedicated}
-            options.setdefault("dedicated_node_groups", groups)
         nodes = None if self.config.nodes is None else NodeListener.from_config(self.config.nodes)
         self.pool = await Pool(**options, nodes=nodes).__aenter__()
         self.egress = await Egress().__aenter__()
@@ -148,12 +142,19 @@ class Service:
     def reload(self) -> None:
         """Re-read the config file (tenants, tokens, grants, limits, provider tables); the last good one
         stays on error (ValueError)."""
-        if self.config.source is not None:
+        old = self.config
+        if old.source is not None:
             self._config_stamp = self._stamp()
-            new = load_service_config(self.config.source)
-            self.config = replace(new, database=self.config.database)  # the database cannot move live
-        self._load_tenants()
-        self._apply_limits()
+            new = load_service_config(old.source)
+            self.config = replace(new, database=old.database)  # the database cannot move live
+        try:
+            self._load_tenants()
+            self._apply_limits()
+        except ValueError:
+            self.config = old
+            self._load_tenants()
+            self._apply_limits()
+            raise
         for tenant, runtime in self._runtimes.items():
             runtime.set_config(self._provider_config(tenant))
 
@@ -179,6 +180,14 @@ class Service:
         self.egress.set_tenant_quotas(
             _egress_quotas(config.tenant_defaults), {t: _egress_quotas(config.limits(t)) for t in tenants}
         )
+        limits = {t: config.limits(t) for t in sorted(tenants)}
+        dedicated = {t: lim.dedicated_workers for t, lim in limits.items() if lim.dedicated_workers}
+        groups = {t: lim.node_group for t, lim in limits.items() if lim.node_group and t in dedicated}
+        if (dedicated, groups) != self.pool.dedicated():
+            try:
+                self.pool.set_dedicated(dedicated, groups)
+            except ValueError as exc:
+                raise ServiceConfigError(f"dedicated_workers: {exc}") from None
 
     # -- tenants ---------------------------------------------------------------------------------
 
@@ -445,3 +454,4 @@ def _pool_quotas(limits: TenantLimits) -> TenantQuotas:
 
 def _egress_quotas(limits: TenantLimits) -> EgressQuota:
     return EgressQuota(max_inflight=limits.egress_max_inflight, max_bytes=limits.egress_max_bytes)
+

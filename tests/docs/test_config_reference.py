@@ -126,3 +126,15 @@ def test_parsers_use_the_documented_defaults() -> None:
     assert providers.retry_base_ms == providers_config.DEFAULT_RETRY_BASE_MS
     assert providers.max_response_bytes == providers_config.DEFAULT_MAX_RESPONSE_BYTES
     assert providers.exact_token_counting is False
+
+
+def test_every_tenant_limit_is_documented_with_its_default() -> None:
+    documented_limits = section("`[serve.tenant_defaults]`")
+    assert set(documented_limits) == set(service_config.LIMIT_KEYS)
+    defaults = service_config.TenantLimits()
+    for key, column in documented_limits.items():
+        value = getattr(defaults, key)
+        if value is None:
+            assert "no cap" in column or "none" in column, key
+        elif key != "provider_call_secs":
+            assert code_value(column) == (f"{value:g}" if isinstance(value, float) else str(value)), key

@@ -59,6 +59,8 @@ def write_config(
     ]
     for tenant, token in (TOKENS if tenants is None else tenants).items():
         lines += [f"[tenants.{tenant}]", f'token_sha256 = "{sha(token)}"']
+        if standin:  # the operator's table reaches a tenant only when granted
+            lines.append('providers = ["groq"]')
     if standin:
         lines += [
             "[model_providers.groq]",

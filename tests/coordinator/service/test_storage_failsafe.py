@@ -1,0 +1,171 @@
+"""Storage that fails safe, against a real ``rhaipool serve``: a full disk answers 507 and changes nothing
+(in memory or on disk); a retried write with the same ``Idempotency-Key`` applies once; nothing a tenant
+stored can stop the next start; a persistent write costs the entry, not the region.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from service_support import TOKENS, ServiceProcess, free_port, write_config
+
+from coordinator.client import ServiceError
+
+HOOK = "fn render(ctx) { `${ctx.entries.len()}` }"
+AUTH = {"Authorization": f"Bearer {TOKENS['acme']}"}
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs for the database (root only: mount)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _start(folder: Path, database: Path | None = None) -> ServiceProcess:
+    port = free_port()
+    config = write_config(folder, port=port, workers=1)
+    if database is not None:
+        config.write_text(
+            config.read_text().replace('database = "state/rhaipool.db"', f'database = "{database}"')
+        )
+    return ServiceProcess.start(config, port)
+
+
+def test_a_full_disk_answers_507_and_changes_nothing(tmp_path: Path, small_disk: Path) -> None:
+    service = _start(tmp_path, small_disk / "rhaipool.db")
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=10_000_000, persistent=True)
+            c.write("log", "before", tokens=1)
+            filler = small_disk / "filler"
+            with filler.open("wb") as f:  # fill the file system to its last byte
+                try:
+                    while True:
+                        f.write(b"\0" * 65536)
+                        f.flush()
+                except OSError:
+                    pass
+            refused, acked = 0, ["before"]
+            for i in range(5):
+                try:
+                    c.write("log", f"lost-{i}-" + "x" * 20000, tokens=1)
+                    acked.append(f"lost-{i}-" + "x" * 20000)
+                except ServiceError as exc:
+                    assert exc.status in (503, 507), exc
+                    refused += 1
+            assert refused, "the full disk refused no write"
+            assert [e["content"] for e in c.get_region("log")["entries"]] == acked  # memory as before
+            filler.unlink()
+            c.write("log", "after", tokens=1)
+        assert service.stop() == 0
+        service = _start(tmp_path, small_disk / "rhaipool.db")
+        with service.client("acme") as c:
+            assert [e["content"] for e in c.get_region("log")["entries"]] == [*acked, "after"]
+    finally:
+        service.stop()
+
+
+def test_an_idempotency_key_applies_a_retried_write_once(tmp_path: Path) -> None:
+    service = _start(tmp_path)
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=1000)
+        key = {"Idempotency-Key": str(uuid.uuid4()), **AUTH}
+        url = f"{service.url}/api/regions/log/write"
+        first = httpx.post(url, json={"content": "once", "tokens": 1}, headers=key)
+        again = httpx.post(url, json={"content": "once", "tokens": 1}, headers=key)
+        assert first.status_code == again.status_code == 200
+        assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+        other = httpx.post(url, json={"content": "twice", "tokens": 1}, headers=key)
+        assert other.status_code == 422
+        globex = {"Idempotency-Key": key["Idempotency-Key"], "Authorization": f"Bearer {TOKENS['globex']}"}
+        assert httpx.post(url, json={"content": "once", "tokens": 1}, headers=globex).status_code == 404
+        with service.client("acme") as c:
+            assert [e["content"] for e in c.get_region("log")["entries"]] == ["once"]
+    finally:
+        assert service.stop() == 0
+
+
+def test_rows_that_cannot_load_are_set_aside_and_the_rest_loads(tmp_path: Path) -> None:
+    service = _start(tmp_path)
+    db = service.config.parent / "state" / "rhaipool.db"
+    with service.client("acme") as c:
+        c.put_script("region_hook", "log", HOOK)
+        c.create_region("good", script="log", budget=1000, persistent=True)
+        c.write("good", "kept", tokens=1)
+        c.create_region("broken", script="log", budget=1000, persistent=True)
+    with service.client("globex") as c:
+        c.put_script("region_hook", "log", HOOK)
+        c.create_region("other", script="log", budget=1000, persistent=True)
+    assert service.stop() == 0
+    with sqlite3.connect(db) as raw:  # what an older version, or a bad disk, could have left behind
+        raw.execute("UPDATE regions SET options = '{not json' WHERE name = 'broken'")
+        raw.execute(
+            "INSERT INTO scripts VALUES ('acme', 'region_hook', ?, 'fn render(ctx) { 1 }', 'x', 0)",
+            ("x" * 300,),
+        )
+    service = _start(tmp_path)
+    try:
+        with service.client("acme") as c:
+            names = [r["name"] for r in c.list_regions()["regions"]]
+            assert names == ["good"]
+            assert [e["content"] for e in c.get_region("good")["entries"]] == ["kept"]
+        with service.client("globex") as c:
+            assert [r["name"] for r in c.list_regions()["regions"]] == ["other"]
+        assert "broken" in service.log()
+    finally:
+        assert service.stop() == 0
+
+
+def test_a_long_script_name_is_refused_before_anything_is_stored(tmp_path: Path) -> None:
+    service = _start(tmp_path)
+    with service.client("acme") as c:
+        with pytest.raises(ServiceError) as refused:
+            c.put_script("region_hook", "x" * 300, HOOK)
+        assert refused.value.status == 400
+        with pytest.raises(ServiceError):
+            c.put_script("region_hook", "a\nb", HOOK)
+    assert service.stop() == 0
+    service = _start(tmp_path)  # starts again: nothing was stored
+    try:
+        with service.client("acme") as c:
+            assert c.list_scripts()["scripts"] == []
+    finally:
+        assert service.stop() == 0
+
+
+def test_a_persistent_write_costs_the_entry_not_the_region(tmp_path: Path) -> None:
+    service = _start(tmp_path)
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("big", script="log", budget=10_000_000, persistent=True)
+            for i in range(40):
+                c.write("big", f"{i}-" + "y" * 200_000, tokens=1)  # ~8 MB held
+
+            def timed() -> float:
+                begun = time.perf_counter()
+                c.write("big", "small", tokens=1)
+                return time.perf_counter() - begun
+
+            small = min(timed() for _ in range(5))
+        assert small < 0.25, f"a small write to an 8 MB region took {small:.3f} s"
+    finally:
+        assert service.stop() == 0

@@ -1,0 +1,255 @@
+"""The service as a boundary between tenants, against a real ``rhaipool serve`` and a real upstream.
+
+Secrets: a tenant's script never sees the operator's API key (granted or not), the upstream does, and
+neither the database file nor the log holds it. Credentials: config-file tenants are read-only over the
+admin API, API tenants are revoked and purged, a token outside the current set is refused. Quotas set in
+serve.toml are enforced and changed by SIGHUP. ``/metrics`` needs the admin or the metrics token, and a
+tenant's ``/api/status`` shows only its own tenant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from service_support import ADMIN, TOKENS, ServiceProcess, free_port, sha, write_config
+
+from coordinator.bench.standin import StandinServer
+from coordinator.client import ServiceError
+
+SECRET = "operator-secret-key-4f1e9c"
+METRICS_TOKEN = "metrics-reader-token"
+LEAK = """
+fn initialize(config) {
+    let key = config.api_key ?? env_var("GROQ_API_KEY");
+    #{ base_url: config.base_url ?? "http://127.0.0.1:9/v1", api_key: key, seen: `${config}` }
+}
+fn inference(state, request) {
+    let r = http_post(`${state.base_url}/chat/completions`,
+        to_json(#{ model: "m", messages: [#{ role: "user", content: "hi" }] }),
+        #{ "Authorization": `Bearer ${state.api_key}`, "Content-Type": "application/json" });
+    #{ content: `${state.api_key}|${state.seen}`, tool_calls: [], tokens_used: 1, finish_reason: "Complete" }
+}
+"""
+HOOK = "fn render(ctx) { `${ctx.entries.len()}` }"
+
+
+def _config(folder: Path, port: int, standin: str, *, extra_tenant: str = "") -> Path:
+    path = write_config(
+        folder, port=port, standin=standin, extra=f'metrics_token_sha256 = "{sha(METRICS_TOKEN)}"'
+    )
+    text = path.read_text().replace('api_key = "test-key"', f'api_key = "{SECRET}"')
+    # acme is granted the operator's groq table; globex is not
+    text = text.replace(
+        f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\nproviders = ["groq"]',
+        f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\nmax_regions = 2\n{extra_tenant}',
+    )
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[StandinServer]:
+    with StandinServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def boundary(tmp_path_factory: pytest.TempPathFactory, upstream: StandinServer) -> Iterator[ServiceProcess]:
+    folder = tmp_path_factory.mktemp("boundary")
+    port = free_port()
+    running = ServiceProcess.start(_config(folder, port, upstream.base_url), port)
+    yield running
+    assert running.stop() == 0
+
+
+def _db_bytes(service: ServiceProcess) -> bytes:
+    db = service.config.parent / "state" / "rhaipool.db"
+    return b"".join(Path(f"{db}{s}").read_bytes() for s in ("", "-wal") if Path(f"{db}{s}").exists())
+
+
+def test_a_granted_tenant_never_sees_the_operator_key_but_the_upstream_does(
+    boundary: ServiceProcess, upstream: StandinServer
+) -> None:
+    with boundary.client("acme") as c:
+        c.put_script("provider", "groq", LEAK)
+        answer = c.inference("groq", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert SECRET not in json.dumps(answer)
+    assert answer["content"].split("|")[0]  # a placeholder stood in for the key
+    seen = [r for r in upstream.requests if r.path.endswith("/chat/completions")]
+    assert seen and seen[-1].headers["authorization"] == f"Bearer {SECRET}"
+    assert SECRET.encode() not in _db_bytes(boundary)
+    assert SECRET not in boundary.log()
+
+
+def test_a_tenant_without_the_grant_gets_no_operator_table(boundary: ServiceProcess) -> None:
+    with boundary.client("globex") as c:
+        c.put_script("provider", "groq", LEAK)
+        with pytest.raises(ServiceError) as failed:
+            c.inference("groq", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert SECRET not in str(failed.value.error)
+
+
+def test_a_placeholder_sent_in_a_body_is_refused(boundary: ServiceProcess, upstream: StandinServer) -> None:
+    script = LEAK.replace('model: "m"', "model: state.api_key")
+    before = len(upstream.requests)
+    with boundary.client("acme") as c:
+        c.put_script("provider", "groq", script)
+        with pytest.raises(ServiceError) as refused:
+            c.inference("groq", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert "placeholder" in str(refused.value.error).lower(), refused.value.error
+    assert all(SECRET.encode() not in r.body for r in upstream.requests[before:])
+
+
+def test_config_tenants_are_read_only_through_the_admin_api(boundary: ServiceProcess) -> None:
+    with boundary.client(None, token=ADMIN) as admin:
+        for call in (lambda: admin.put_tenant("acme", sha("stolen")), lambda: admin.delete_tenant("acme")):
+            with pytest.raises(ServiceError) as refused:
+                call()
+            assert refused.value.status == 409 and "config file" in str(refused.value.error)
+        rows = {r["id"]: r for r in admin.list_tenants()["tenants"]}
+    assert rows["acme"]["source"] == "config"
+    with boundary.client(None, token="stolen") as thief, pytest.raises(ServiceError) as denied:
+        thief.list_regions()
+    assert denied.value.status == 401
+
+
+def test_an_api_tenant_is_revoked_then_purged(boundary: ServiceProcess) -> None:
+    token = "initech-token"
+    with boundary.client(None, token=ADMIN) as admin:
+        admin.put_tenant("initech", sha(token))
+        with boundary.client(None, token=token) as t:
+            t.put_script("region_hook", "log", HOOK)
+            t.create_region("notes", script="log", budget=100, persistent=True)
+            t.write("notes", "kept", tokens=1)
+        admin.delete_tenant("initech")
+        with boundary.client(None, token=token) as t, pytest.raises(ServiceError) as denied:
+            t.list_regions()
+        assert denied.value.status == 401
+        assert b"kept" in _db_bytes(boundary)  # revoked: data kept for the retention
+        admin.put_tenant("initech", sha(token))  # reinstated: its regions come back
+        with boundary.client(None, token=token) as t:
+            assert [r["name"] for r in t.list_regions()["regions"]] == ["notes"]
+        admin.delete_tenant("initech", purge=True)
+        assert "initech" not in {r["id"] for r in admin.list_tenants()["tenants"]}
+
+
+def test_metrics_need_the_admin_or_the_metrics_token(boundary: ServiceProcess) -> None:
+    assert httpx.get(f"{boundary.url}/metrics").status_code == 401
+    assert (
+        httpx.get(
+            f"{boundary.url}/metrics", headers={"Authorization": f"Bearer {TOKENS['acme']}"}
+        ).status_code
+        == 401
+    )
+    for token in (ADMIN, METRICS_TOKEN):
+        answer = httpx.get(f"{boundary.url}/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200 and "rhaipool_" in answer.text
+    # the metrics token reads metrics only
+    assert (
+        httpx.get(
+            f"{boundary.url}/api/admin/tenants", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+        ).status_code
+        == 401
+    )
+
+
+def test_a_tenant_status_shows_only_its_own_tenant(boundary: ServiceProcess) -> None:
+    with boundary.client("globex") as c:
+        status = c.status()
+    assert "workers" not in status
+    assert [t["id"] for t in status["tenants"]] == ["globex"]
+    assert status["tenants"][0]["quotas"]["max_regions"]["limit"] == 2
+    with boundary.client(None, token=ADMIN) as admin:
+        full = admin.status()
+    assert full["workers"] and {t["id"] for t in full["tenants"]} >= {"acme", "globex"}
+
+
+def test_quotas_from_the_config_are_enforced_and_changed_by_sighup(boundary: ServiceProcess) -> None:
+    with boundary.client("globex") as c:
+        c.put_script("region_hook", "log", HOOK)
+        c.create_region("a", script="log", budget=10)
+        c.create_region("b", script="log", budget=10)
+        with pytest.raises(ServiceError) as refused:
+            c.create_region("c", script="log", budget=10)
+        assert refused.value.status == 429 and "max_regions" in str(refused.value.error)
+        text = boundary.config.read_text().replace("max_regions = 2", "max_regions = 3")
+        boundary.config.write_text(text)
+        boundary.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                c.create_region("c", script="log", budget=10)
+                break
+            except ServiceError:
+                assert time.monotonic() < deadline, "SIGHUP did not raise max_regions"
+                time.sleep(0.1)
+        with pytest.raises(ServiceError) as too_big:
+            c.create_region("d", script="log", budget=10**12)
+        assert too_big.value.status in (422, 429) and "max_region" in str(too_big.value.error)
+
+
+def test_a_removed_config_tenant_token_is_refused(tmp_path: Path, upstream: StandinServer) -> None:
+    port = free_port()
+    config = _config(tmp_path, port, upstream.base_url)
+    service = ServiceProcess.start(config, port)
+    try:
+        with service.client("globex") as c:
+            c.list_regions()
+        text = config.read_text()
+        start = text.index("[tenants.globex]")
+        config.write_text(text[:start])
+        service.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while True:
+            answer = httpx.get(
+                f"{service.url}/api/regions", headers={"Authorization": f"Bearer {TOKENS['globex']}"}
+            )
+            if answer.status_code == 401:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        assert service.stop() == 0
+
+
+def test_the_database_is_private_whatever_the_umask(boundary: ServiceProcess) -> None:
+    db = boundary.config.parent / "state" / "rhaipool.db"
+    for path in (db, Path(f"{db}-wal")):
+        if path.exists():
+            assert os.stat(path).st_mode & 0o777 == 0o600, path
+
+
+def test_the_secrets_key_seals_tenant_tables(tmp_path: Path, upstream: StandinServer) -> None:
+    from cryptography.fernet import Fernet
+
+    key = tmp_path / "secrets.key"
+    key.write_text(Fernet.generate_key().decode())
+    port = free_port()
+    config = write_config(tmp_path, port=port, extra=f'secrets_key_file = "{key}"')
+    service = ServiceProcess.start(config, port)
+    own = "tenant-own-key-77aa"
+    try:
+        table = {"api_key": own, "base_url": upstream.base_url}
+        answer = httpx.put(
+            f"{service.url}/api/providers/mine/config",
+            json=table,
+            headers={"Authorization": f"Bearer {TOKENS['acme']}"},
+        )
+        assert answer.status_code == 200, answer.text
+        assert own not in answer.text
+        got = httpx.get(
+            f"{service.url}/api/providers/mine/config", headers={"Authorization": f"Bearer {TOKENS['acme']}"}
+        )
+        assert own not in got.text and "********" in got.text
+        assert own.encode() not in _db_bytes(service)
+        assert hashlib.sha256(own.encode()).hexdigest().encode() not in _db_bytes(service)
+    finally:
+        assert service.stop() == 0
