@@ -134,11 +134,9 @@ def build_secrets(name: str, config: ProvidersConfig, table: ProviderTable | Non
     """Tenant mode: a fresh set of placeholders for one load, sendable to the table's own hosts only."""
     if not config.tenants:
         return None
-    hosts = {h.strip("[]") for h in (host_of(table.base_url) if table and table.base_url else None,) if h}
-    hosts.update(
-        h.lower().rstrip(".").strip("[]") for h in (table.allowed_hosts if table else ()) if h != "*"
-    )
-    return Secrets(name, frozenset(hosts))
+    named = [host_of(table.base_url)] if table and table.base_url else []
+    named += [h for h in (table.allowed_hosts if table else ()) if h != "*"]
+    return Secrets(name, frozenset(h.lower().rstrip(".").strip("[]") for h in named if h))
 
 
 def build_env(
@@ -183,7 +181,8 @@ class ProviderLoader:
         self._derived: tuple[ProvidersConfig, dict[str, tuple[Path, Any]]] = (config, {})
 
     def config_key(self, name: str) -> Any:
-        """Everything in the configuration that a loaded provider depends on."""
+        """Everything in the configuration that a loaded provider depends on (not the wall-clock cap,
+        which each call reads from the current configuration)."""
         c = self.config
         return (
             c.table(name),
@@ -191,7 +190,6 @@ class ProviderLoader:
             c.tenants,
             c.max_response_bytes,
             c.request_timeout_secs,
-            c.call_timeout_secs,
             c.operator_egress,
         )
 
@@ -321,8 +319,12 @@ class ProviderLoader:
             raise
 
     async def _read(self, path: Path) -> str:
+        """The script's text, from the script source when there is one, else from its file."""
         if self.source is not None:
-            text = await self.source.read(str(path))
+            try:
+                text = await self.source.read(str(path))
+            except Exception as exc:  # a source (a database) may fail in any way: the load fails, not us
+                raise ProviderLoadError(f"read provider script {path}: {exc}") from exc
             if text is None:
                 raise ProviderNotFound(f"no provider script {path}")
             return text

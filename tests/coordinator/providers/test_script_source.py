@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.providers import ScriptSource
 from coordinator.providers.executor import PoolExecutor
-from coordinator.providers.loader import ProviderNotFound
+from coordinator.providers.loader import ProviderLoadError, ProviderNotFound
 from coordinator.providers.runtime import ProviderRuntime
 
 from .harness import Harness
@@ -79,5 +79,22 @@ def test_a_script_gone_between_version_and_read_is_not_found(harness: Harness) -
         runtime = ProviderRuntime(PoolExecutor(rt.executor.pool), rt.egress, rt.config, source=scripts)
         with pytest.raises(ProviderNotFound, match="no provider script p"):
             await runtime.get("p")
+
+    harness.run(body)
+
+
+def test_a_source_that_fails_to_read_fails_the_load_not_the_caller(harness: Harness) -> None:
+    class Broken(Scripts):
+        async def read(self, name: str) -> str | None:
+            raise OSError("disk I/O error")
+
+    scripts = Broken()
+    scripts.put("p", script("x"))
+
+    async def body(rt: ProviderRuntime) -> None:
+        runtime = ProviderRuntime(rt.executor, rt.egress, rt.config, source=scripts)
+        with pytest.raises(ProviderLoadError, match="disk I/O error"):
+            await runtime.get("p")
+        assert await runtime.lookup("p") is None  # a broken provider is just absent
 
     harness.run(body)
