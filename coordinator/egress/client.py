@@ -31,6 +31,7 @@ downgraded (the reference falls back to HTTP/1.1 itself, so providers work on 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import re
 import ssl
@@ -359,15 +360,16 @@ class Egress:
         """
         async with self.budgets.request(tenant, "stream") as reservation:
             payloads = self._stream(policy, url, body, headers, timeout, on_send, reservation)
-            if policy.secrets is None or not len(policy.secrets):
-                async for payload in payloads:
-                    yield payload
-                return
-            try:
-                async for payload in payloads:
-                    yield policy.secrets.redact(payload)
-            except HostError as exc:
-                raise _redacted(policy, exc) from None
+            async with contextlib.aclosing(payloads):  # a consumer that stops early releases the response
+                if policy.secrets is None or not len(policy.secrets):
+                    async for payload in payloads:
+                        yield payload
+                    return
+                try:
+                    async for payload in payloads:
+                        yield policy.secrets.redact(payload)
+                except HostError as exc:
+                    raise _redacted(policy, exc) from None
 
     async def _stream(
         self, policy: EgressPolicy, url: str, body: str, headers: dict[str, str] | None, timeout: float,
