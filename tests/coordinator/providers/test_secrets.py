@@ -267,3 +267,34 @@ def test_an_error_body_reflecting_the_key_shows_not_even_part_of_it(harness: Har
     message, sent = harness.run(body)
     assert sent is not None and sent.endswith(KEY)  # the upstream did get the key (in the query string)
     assert "HTTP 401" in message and KEY[:6] not in message
+
+
+def test_a_host_variable_the_operator_allows_is_a_placeholder_in_every_answer(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``allow_env_vars`` (operator-only) lets env_var read a host variable: the script gets its
+    placeholder, whether read in initialize or in inference, and whatever it returns carries no secret."""
+    harness.data["tenants"] = True
+    harness.table("p", base_url=harness.server.url, allow_env_vars=["EXTRA_TOKEN"])
+    harness.write(
+        "p",
+        'fn initialize(config) { #{ env: env_var("EXTRA_TOKEN") } }\n'
+        "fn inference(state, request) {\n"
+        '    let now = env_var("EXTRA_TOKEN");\n'
+        "    let echoed = http_get(`" + harness.server.url + '/echo`, #{ "X-Token": now });\n'
+        "    #{ content: `${state.env}|${now}|${echoed}` }\n"
+        "}\n",
+    )
+    server = harness.server
+
+    async def body(rt: ProviderRuntime) -> tuple[str, list[str]]:
+        monkeypatch.setenv("EXTRA_TOKEN", ENV_KEY)  # once the workers run: they never see it anyway
+        since = len(server.requests)
+        content = (await rt.inference("p", REQ, tenant="acme")).content
+        return content, [r.headers.get("x-token", "") for r in received(server, since)]
+
+    content, sent = harness.run(body)
+    first, second, echoed = content.split("|", 2)
+    assert PLACEHOLDER.fullmatch(first) and first == second  # one placeholder per value and load
+    assert ENV_KEY not in content and first in echoed
+    assert sent == [ENV_KEY]
