@@ -17,6 +17,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Final
 
 from coordinator.errors import Overloaded, Quarantined, QuotaExceeded
+from coordinator.service.logs import printable
 
 if TYPE_CHECKING:
     from coordinator._core.calls import CallEnded
@@ -42,13 +43,6 @@ current_request: contextvars.ContextVar[dict[str, Any] | None] = contextvars.Con
 """The facts of the HTTP call being answered (its ``request`` number, its tenant), set by the gate."""
 
 output_log = logging.getLogger("rhaipool.service.scripts")
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character (newlines, ESC, bidi controls, ...) as ``\\uXXXX``."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 def script_label(name: str) -> str:

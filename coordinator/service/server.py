@@ -4,6 +4,12 @@ SIGTERM (or SIGINT): readiness turns false and new calls get ``503`` + ``Retry-A
 flight get ``grace_secs`` to finish, the rest are cut with the same 503; then uvicorn closes its
 listeners and connections, the pool stops its workers, and the process exits 0. SIGHUP re-reads the
 config file (tenants, tokens, provider tables) without touching a call in flight.
+
+Connections are bounded by ``connections.py`` (timeouts, caps, a descriptor reserve), with two settings
+here: asyncio accepts at most ``backlog`` connections per wake-up before any of them reaches the
+protocol (which counts them, and refuses those over a cap), so the listeners take :data:`ACCEPT_BURST`
+at a time and their kernel queue is raised back to :data:`LISTEN_BACKLOG` afterwards; and uvicorn's own
+loggers are not given their own handler, so its records pass through the service's safe formatters.
 """
 
 from __future__ import annotations
@@ -14,14 +20,21 @@ import gc
 import logging
 import signal
 import socket
+import tomllib
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import uvicorn
 
 from coordinator.service.app import create_app
 from coordinator.service.config import ServeConfig, load_service_config
+from coordinator.service.connections import (
+    AcceptErrorLog,
+    ConnectionLimits,
+    ConnectionTable,
+    parse_connection_limits,
+)
 from coordinator.service.gate import Gate
 from coordinator.service.protocol import bounded_httptools
 from coordinator.service.state import Service
@@ -30,13 +43,18 @@ __all__ = ["run", "serve"]
 
 log = logging.getLogger("rhaipool.service")
 
+ACCEPT_BURST: Final = 8
+"""Connections accepted per wake-up of a listener: the most ever held before the protocol counts them."""
+LISTEN_BACKLOG: Final = 2048
+"""The kernel's queue of connections not yet accepted (uvicorn's default)."""
+
 
 class _Server(uvicorn.Server):
     """uvicorn with our signal handling instead of its immediate shutdown."""
 
-    def __init__(self, config: uvicorn.Config, gate: Gate, service: Service) -> None:
+    def __init__(self, config: uvicorn.Config, gate: Gate, service: Service, table: ConnectionTable) -> None:
         super().__init__(config)
-        self.gate, self.service = gate, service
+        self.gate, self.service, self.table = gate, service, table
         self._draining: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
@@ -64,7 +82,11 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        AcceptErrorLog(self.table).install(asyncio.get_running_loop())
         await super().startup(sockets)
+        for server in getattr(self, "servers", []):
+            for listener in server.sockets:
+                _enlarge_backlog(listener)
         _tune_gc()
 
     def _on_hup(self) -> None:
@@ -90,13 +112,32 @@ def _tune_gc() -> None:
     gc.set_threshold(10_000, 20, 10)
 
 
-def _uvicorn_config(app: Any, config: ServeConfig) -> uvicorn.Config:
+def _enlarge_backlog(listener: Any) -> None:
+    """Give a listener created with a backlog of :data:`ACCEPT_BURST` the kernel queue it should have."""
+    with socket.fromfd(listener.fileno(), listener.family, listener.type) as same:
+        same.listen(LISTEN_BACKLOG)
+
+
+def connection_limits(config: ServeConfig) -> ConnectionLimits:
+    """``config.connections`` once ``ServeConfig`` carries it; until then the ``[serve]`` table again."""
+    limits = getattr(config, "connections", None)
+    if isinstance(limits, ConnectionLimits):
+        return limits
+    if config.source is None:
+        return ConnectionLimits()
+    serve = tomllib.loads(config.source.read_text(encoding="utf-8")).get("serve", {})
+    return parse_connection_limits(serve if isinstance(serve, dict) else {})
+
+
+def _uvicorn_config(app: Any, config: ServeConfig, table: ConnectionTable) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
         lifespan="on",
-        http=bounded_httptools(config.max_header_bytes),  # C parser: see protocol.py
+        http=bounded_httptools(config.max_header_bytes, table),  # C parser: see protocol.py
+        backlog=ACCEPT_BURST,  # raised to LISTEN_BACKLOG once listening (see the module docstring)
+        log_config=None,  # uvicorn's records go through the service's formatters (logs.py)
         loop="asyncio",  # the loop is the caller's (asyncio.run); uvloop measured no better
         access_log=False,
         proxy_headers=False,  # nothing reads the client's address; the X-Forwarded-* rewrite cost every call
@@ -104,15 +145,16 @@ def _uvicorn_config(app: Any, config: ServeConfig) -> uvicorn.Config:
         ssl_certfile=str(config.tls_cert) if config.tls_cert else None,
         ssl_keyfile=str(config.tls_key) if config.tls_key else None,
         timeout_graceful_shutdown=1,
-        timeout_keep_alive=30,
+        timeout_keep_alive=int(table.limits.idle_timeout_secs) or 1,  # the protocol sets it exactly
     )
 
 
 async def serve(config: ServeConfig, *, pool_options: dict[str, Any] | None = None) -> None:
     """Serve until SIGTERM/SIGINT has drained the calls."""
+    table = ConnectionTable(connection_limits(config))
     service = Service(config, pool_options=pool_options)
     gate = create_app(service)
-    server = _Server(_uvicorn_config(gate, config), gate, service)
+    server = _Server(_uvicorn_config(gate, config, table), gate, service, table)
     await server.serve()
     if not server.started:
         raise SystemExit(1)

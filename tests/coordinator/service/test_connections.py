@@ -1,0 +1,346 @@
+"""Connections cannot hold the service (``connections.py``): head, body and idle timeouts, the total and
+per-address caps, a reserve of descriptors under a low RLIMIT_NOFILE, accept() errors logged once per
+interval. Each against a real ``rhaipool serve``; other clients come from other loopback addresses
+(127.0.0.2, 127.0.0.3, ...), the well-behaved one from 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from service_support import TOKENS, ServiceProcess, free_port, write_config
+
+HEALTH = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+SLOW_BODY = (
+    b"POST /api/scripts/validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Authorization: Bearer %s\r\n" % TOKENS["acme"].encode()
+)
+
+
+def start(folder: Path, extra: str, *, nofile: int | None = None, log_json: bool = False) -> ServiceProcess:
+    """A service with ``extra`` in its ``[serve]`` table, optionally under RLIMIT_NOFILE ``nofile``."""
+    port = free_port()
+    config = write_config(folder, port=port, extra=extra, workers=2)
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    with (folder / "service.log").open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "serve", "--config", str(config)]
+            + (["--log-json"] if log_json else []),
+            stdout=log, stderr=log, cwd=folder, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=limit,
+        )  # fmt: skip
+    service = ServiceProcess(config, port, process)
+    try:
+        service.wait_ready(60)
+    except BaseException:
+        service.stop(signal.SIGKILL)
+        raise
+    return service
+
+
+@contextlib.contextmanager
+def running(folder: Path, extra: str, **options: int | bool | None) -> Iterator[ServiceProcess]:
+    service = start(folder, extra, **options)  # type: ignore[arg-type]
+    try:
+        yield service
+    finally:
+        assert service.stop() == 0
+
+
+def connect(service: ServiceProcess, source: str = "127.0.0.2") -> socket.socket:
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", service.port))
+    return sock
+
+
+def connect_many(service: ServiceProcess, count: int, source: str) -> list[socket.socket]:
+    """``count`` connections opened at once (non-blocking connects), none of them sending anything."""
+    socks = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind((source, 0))
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", service.port))
+        socks.append(sock)
+    return socks
+
+
+def close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
+
+
+def ended(sock: socket.socket, within: float) -> tuple[float, bytes] | None:
+    """(seconds until the service ended the connection, what it sent first), or None if still open."""
+    begun = time.monotonic()
+    sock.setblocking(False)
+    got = b""
+    while (left := begun + within - time.monotonic()) > 0:
+        if not select.select([sock], [], [], left)[0]:
+            break
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            return time.monotonic() - begun, got
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return time.monotonic() - begun, got
+        got += chunk
+    return None
+
+
+def still_open(sock: socket.socket) -> bool:
+    """Nothing received and no end of the connection right now."""
+    readable = select.select([sock], [], [], 0)[0]
+    if not readable:
+        return True
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except OSError:
+        return False
+
+
+def answer(sock: socket.socket) -> bytes:
+    """One whole response (its head and its Content-Length body)."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += sock.recv(65536)
+    head, _, body = got.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return got
+
+
+def healthz(service: ServiceProcess) -> int:
+    with httpx.Client(timeout=30) as client:
+        return client.get(service.url + "/healthz").status_code
+
+
+def wait_until(condition: Callable[[], bool], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+# -- timeouts ------------------------------------------------------------------------------------
+
+TIMEOUTS = "header_timeout_secs = 1.5\nbody_timeout_secs = 2\nidle_timeout_secs = 1.5"
+
+
+@pytest.fixture(scope="module")
+def timeouts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    with running(tmp_path_factory.mktemp("timeouts"), TIMEOUTS) as service:
+        yield service
+
+
+def test_silent_connections_are_closed_after_the_header_timeout(timeouts: ServiceProcess) -> None:
+    socks = connect_many(timeouts, 200, "127.0.0.2")
+    try:
+        time.sleep(0.8)
+        assert all(still_open(s) for s in socks)  # not before the timeout
+        results = [ended(s, 20) for s in socks]
+    finally:
+        close_all(socks)
+    assert all(r is not None and r[1] == b"" for r in results), "a silent connection was still held"
+    assert healthz(timeouts) == 200
+
+
+def test_a_head_that_stalls_is_answered_408(timeouts: ServiceProcess) -> None:
+    with connect(timeouts) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+        begun = time.monotonic()
+        result = ended(sock, 20)
+    assert result is not None and result[1].startswith(b"HTTP/1.1 408"), result
+    assert time.monotonic() - begun >= 1.0
+
+
+def test_a_body_that_trickles_is_answered_408_at_the_body_timeout(timeouts: ServiceProcess) -> None:
+    """One byte every 0.3 s keeps data coming, but the body as a whole is late."""
+    with connect(timeouts) as sock:
+        sock.sendall(SLOW_BODY + b"Content-Length: 1000\r\n\r\n{")
+        begun, reply = time.monotonic(), b""
+        while time.monotonic() - begun < 20 and not reply:
+            try:
+                sock.sendall(b" ")
+            except OSError:
+                break
+            if select.select([sock], [], [], 0.3)[0]:
+                with contextlib.suppress(OSError):
+                    reply = sock.recv(65536)
+        elapsed = time.monotonic() - begun
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert b"request body not received within 2 s" in reply
+    assert 1.5 <= elapsed < 20
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(timeouts: ServiceProcess) -> None:
+    with connect(timeouts) as sock:
+        sock.sendall(HEALTH)
+        assert answer(sock).startswith(b"HTTP/1.1 200")
+        begun = time.monotonic()
+        time.sleep(0.8)
+        assert still_open(sock)
+        result = ended(sock, 20)
+    assert result is not None and result[1] == b"", result
+    assert time.monotonic() - begun >= 1.0
+
+
+def test_a_connection_in_use_outlives_every_timeout(timeouts: ServiceProcess) -> None:
+    """The timeouts are per head, body and idle spell, not per connection."""
+    with connect(timeouts) as sock:
+        begun = time.monotonic()
+        while time.monotonic() - begun < 5:  # more than twice each timeout
+            sock.sendall(HEALTH)
+            assert answer(sock).startswith(b"HTTP/1.1 200")
+            time.sleep(0.5)
+
+
+# -- caps ----------------------------------------------------------------------------------------
+
+CAPS = "max_connections = 30\nmax_connections_per_address = 10\nheader_timeout_secs = 120"
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    with running(tmp_path_factory.mktemp("capped"), CAPS) as service:
+        yield service
+
+
+def refused(sock: socket.socket) -> bool:
+    """Closed at once, answered 503 with Retry-After or nothing at all."""
+    result = ended(sock, 5)
+    if result is None:
+        return False
+    reply = result[1]
+    return reply == b"" or (reply.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in reply.lower())
+
+
+def test_the_per_address_cap(capped: ServiceProcess) -> None:
+    held = [connect(capped, "127.0.0.2") for _ in range(10)]
+    try:
+        time.sleep(0.5)
+        assert all(still_open(s) for s in held)
+        with connect(capped, "127.0.0.2") as over:
+            assert refused(over)
+        assert healthz(capped) == 200  # another address is served
+        held.pop(0).close()
+        time.sleep(0.5)
+        with connect(capped, "127.0.0.2") as again:  # room again for that address
+            time.sleep(0.5)
+            assert still_open(again)
+    finally:
+        close_all(held)
+
+
+def test_at_the_total_cap_the_oldest_silent_connection_makes_room(capped: ServiceProcess) -> None:
+    held = [connect(capped, f"127.0.0.{3 + i // 10}") for i in range(30)]
+    try:
+        time.sleep(0.5)
+        assert all(still_open(s) for s in held)
+        assert healthz(capped) == 200
+        first = ended(held[0], 5)
+        assert first is not None and first[1] == b""  # the oldest, holding no request, was closed
+        assert all(still_open(s) for s in held[1:])
+    finally:
+        close_all(held)
+
+
+def test_at_the_total_cap_with_every_connection_busy_a_new_one_is_refused(capped: ServiceProcess) -> None:
+    held = [connect(capped, f"127.0.0.{3 + i // 10}") for i in range(30)]
+    try:
+        for sock in held:  # each one inside a request: its head sent, its body awaited
+            sock.sendall(SLOW_BODY + b"Content-Length: 100\r\n\r\n")
+        time.sleep(0.5)
+        with connect(capped, "127.0.0.1") as newcomer:
+            assert refused(newcomer)
+        assert all(still_open(s) for s in held)
+    finally:
+        close_all(held)
+    assert wait_until(lambda: healthz(capped) == 200, 10)
+
+
+# -- the descriptor reserve ----------------------------------------------------------------------
+
+
+def workers(service: ServiceProcess) -> set[int]:
+    found = set()
+    for child in service.children():
+        with contextlib.suppress(psutil.Error):
+            if "worker" in child.cmdline():
+                found.add(child.pid)
+    return found
+
+
+def test_with_few_descriptors_silent_sockets_stop_neither_health_checks_nor_others(tmp_path: Path) -> None:
+    """RLIMIT_NOFILE 256: 400 silent sockets from one client, more than the service could hold."""
+    with running(tmp_path, "", nofile=256) as service:
+        with service.client("globex") as b:
+            b.put_script("region_hook", "plain", 'fn render(ctx) { "hello" }')
+            b.create_region("notes", script="plain", budget=100)
+            attack = connect_many(service, 400, "127.0.0.2")
+            try:
+                time.sleep(2)
+                held = len(psutil.Process(service.process.pid).net_connections("tcp"))
+                for _ in range(10):
+                    assert healthz(service) == 200
+                    assert b.render("notes", stage_name="plan")["fallback"] is False
+                before = workers(service)
+                assert len(before) >= 2
+                os.kill(min(before), signal.SIGKILL)
+                replaced = wait_until(lambda: len(workers(service) - before) >= 1, 60)
+                assert replaced, "the killed worker was not replaced"
+                for _ in range(5):
+                    assert b.render("notes", stage_name="plan")["fallback"] is False
+                descriptors = len(os.listdir(f"/proc/{service.process.pid}/fd"))
+            finally:
+                close_all(attack)
+        log = service.log()
+    assert held < 256 - 32, held
+    assert descriptors < 256 - 16, descriptors
+    assert "Too many open files" not in log and "out of system resource" not in log
+    assert len(log) < 50_000, log[-3000:]
+
+
+def test_accept_errors_are_logged_once_per_interval(tmp_path: Path) -> None:
+    """With no reserve and no caps the process does run out of descriptors: a line per 10 s, not a flood
+    (asyncio retries accept() every second, for every connection waiting)."""
+    extra = "fd_reserve = 0\nmax_connections = 100000\nmax_connections_per_address = 100000"
+    with running(tmp_path, extra + "\nheader_timeout_secs = 120", nofile=128) as service:
+        attack = connect_many(service, 300, "127.0.0.2")
+        try:
+            time.sleep(12.5)  # one interval and a bit
+        finally:
+            close_all(attack)
+        assert wait_until(lambda: healthz(service) == 200, 30)
+        log = service.log()
+    reports = [line for line in log.splitlines() if "accept() failed" in line]
+    assert len(reports) == 2, log[-3000:]
+    assert "failed 1 time(s)" in reports[0] and "Too many open files" in reports[0]
+    assert "descriptor limit 128" in reports[0]
+    assert "failed 1 time(s)" not in reports[1]  # the second counts every attempt since the first
+    assert "out of system resource" not in log  # asyncio's own report: a traceback per attempt
