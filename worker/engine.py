@@ -24,6 +24,7 @@ from worker.functions import HELPERS
 
 __all__ = [
     "BUDGETS",
+    "CPU_SECONDS",
     "CallAborted",
     "Compiled",
     "DeadlineReached",
@@ -36,6 +37,13 @@ __all__ = [
 
 
 OUTPUT_LIMIT: Final = 65_536
+CPU_SECONDS: Final = {Kind.REGION: 1.0, Kind.PROVIDER: 0.25}
+"""CPU time of its thread one call may spend, whatever its operation count (one operation may copy or
+free a whole value: a value built 150 000 deep cost quadratic time in 450 000 operations).  Provider
+calls get less: one may run on the loop thread, which sends no heartbeat while it computes, and its
+worker is killed (and the call blamed) if silent for ``liveness × heartbeat`` (2 s by default), so
+its compute must stay far within that even on a machine loaded five times over; a region call's
+thread is known to be busy (the coordinator does not wait for its heartbeat)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +131,7 @@ class Engines:
                 output_limit=OUTPUT_LIMIT,
                 json_functions=kind != Kind.REGION,
                 check_argument_sizes=False,
+                max_cpu_seconds=CPU_SECONDS[kind],
             )
             for name, (fn, types) in HELPERS[kind].items():
                 engine.register_fn(name, fn, types=list(types) if types else None)

@@ -375,6 +375,7 @@ class Attempt:
     sent_at: float
     """When its CALL went out (``outcomes.reached``)."""
     timer: Deadline[Attempt] | None = None
+    """Its call's deadline while it runs, then (answered at the deadline, still running) its kill grace."""
     host_tasks: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     host_seq: int = 0
     """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""
@@ -382,6 +383,11 @@ class Attempt:
     """A stream's CHUNK credit (granted, arrived), within the pool's ``StreamBudget``."""
     host_credit: dict[int, asyncio.Semaphore] = field(default_factory=dict)
     next_chunk: int = 0
+    engine_timeout: float = 0.0
+    """The engine deadline its CALL carried: the worker stops the script that long after starting it."""
+    engine_deadline: float = 0.0
+    """When the worker's engine ends it at the latest (monotonic; set as it starts running there):
+    its worker is killed only ``kill_grace`` past both this and the call's deadline."""
 
     def cancel_timer(self) -> None:
         if self.timer is not None:

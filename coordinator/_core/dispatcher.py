@@ -7,10 +7,11 @@
                    │  ◀──CHUNK──── (stream: → CallStream, CREDIT back per chunk taken)
                    │  ◀──HOST_CALL─ → HostBridge task → handler → HOST_REPLY / HOST_CHUNK ──▶
                    │  ◀──RESULT / ERROR ── finish(call) exactly once; late or foreign replies dropped
-       deadline timer: inline call → kill worker (blame it, or not if the worker is SIGSTOPped)
-                       threaded call → CANCEL, fail with ScriptTimeout, expect a late reply
+       deadline timer: the call fails with ScriptTimeout at its deadline, whatever its worker does;
+                       threaded call → CANCEL, kept in ``given_up`` until its late reply
+                       kill grace later, still running → kill worker (blame it; not if SIGSTOPped)
        worker exit (Events.worker_exited) → outcomes.blame / after_death: fail, or re-run with
-                       what is left of the timeout (a call ends by timeout + kill_grace)
+                       what is left of the timeout (a call ends by its timeout, re-runs included)
 
 Owns the ``Placements`` and the supervisor it is built with (it is that supervisor's ``Events``);
 reads process records, never writes them.  Inline calls (region ``call``, every ``load``) run one
@@ -90,6 +91,9 @@ class Dispatcher(Events):
         self._host = HostBridge(router.send_frames, spawn, config.stream_window)
         self._wire_ids = itertools.count(1)
         self._deadlines: Deadlines[Attempt] = Deadlines(self._deadline_passed)
+        self._graces: Deadlines[Attempt] = Deadlines(self._grace_passed)
+        self._waits: Deadlines[Call] = Deadlines(self._wait_passed)
+        """A re-run waiting in the queue ends at its deadline, not at the next tick."""
         self.streams = StreamBudget(config.stream_buffer_bytes, config.stream_window)
         self.placements = Placements(config, quotas, self._queue, self._quarantine)
         self.admission = self._admission = Admission(quotas, self._quarantine)
@@ -207,7 +211,10 @@ class Dispatcher(Events):
         self.placements.placed(call.tenant)
         if call.started_at is None:
             call.started_at = now
-        attempt = Attempt(wire, call, worker, sent_at=now, flow=flow)
+        if call.deadline is None:  # the timeout starts with the first attempt, queued at its worker or not
+            call.deadline = now + call.timeout
+        timeout = call.attempt_timeout(now)
+        attempt = Attempt(wire, call, worker, sent_at=now, flow=flow, engine_timeout=timeout)
         worker.attempts[wire] = attempt
         call.attempt = attempt
         begin = getattr(call.host, "begin_attempt", None)  # optional HostHandler hook (calls.py)
@@ -217,6 +224,8 @@ class Dispatcher(Events):
             worker.inline.append(attempt)
             if len(worker.inline) == 1:
                 self._arm(attempt)
+            else:  # waits behind the head at its worker: its deadline runs meanwhile
+                attempt.timer = self._deadlines.arm(attempt, call.deadline - now)
         else:
             worker.threaded += 1
             self._arm(attempt)
@@ -225,25 +234,66 @@ class Dispatcher(Events):
 
     # -- deadlines -----------------------------------------------------------
     def _arm(self, attempt: Attempt) -> None:
-        """Start the hard deadline: what is left of the call's timeout (all of it the first time)."""
+        """It starts running at its worker (sent threaded, or now the inline head): its call's deadline,
+        or straight its kill grace if that deadline already answered the call."""
         call, now = attempt.call, time.monotonic()
+        attempt.cancel_timer()
+        attempt.engine_deadline = now + attempt.engine_timeout
         if call.deadline is None:
             call.deadline = now + call.timeout
-        delay = call.deadline - now + self._config.deadlines.kill_grace
-        attempt.timer = self._deadlines.arm(attempt, delay)
+        if call.done:
+            self._arm_grace(attempt, now)
+        else:
+            attempt.timer = self._deadlines.arm(attempt, call.deadline - now)
+
+    def _arm_grace(self, attempt: Attempt, now: float) -> None:
+        """Kill its worker ``kill_grace`` after its engine should have stopped it, if it has not answered."""
+        until = max(now, attempt.engine_deadline) if attempt.call.inline else now  # threaded: cancelled
+        attempt.timer = self._graces.arm(attempt, until - now + self._config.deadlines.kill_grace)
 
     def _deadline_passed(self, attempt: Attempt) -> None:
+        """The call's timeout is over: it is answered now, whatever its worker does (the kill grace
+        delays only the kill of a worker still running it)."""
         attempt.timer = None
         worker, call = attempt.worker, attempt.call
         if attempt.wire_id not in worker.attempts:
             return
-        if call.inline:  # a SIGSTOPped worker is not the call's fault
-            frozen = self.supervisor.is_stopped(worker.process)
-            self._kill(worker, *((KillReason.FROZEN, None) if frozen else (KillReason.DEADLINE, attempt)))
-            return
-        self._forget(attempt, cancel=True)
-        call.finish(outcomes.timeout_error(call, worker))
+        running = not call.inline or worker.head is attempt
+        frozen = running and self.supervisor.is_stopped(worker.process)
+        if not call.inline:
+            self._forget(attempt, cancel=True)  # given up: killed if still running after the grace
+        call.finish(outcomes.timeout_error(call, worker, frozen=frozen))
+        if running and call.inline:
+            self._arm_grace(attempt, time.monotonic())
         self.pump()
+
+    def _grace_passed(self, attempt: Attempt) -> None:
+        """An attempt answered at its deadline (or cancelled) still runs a grace later: kill its worker,
+        blaming it (not if the worker is SIGSTOPped: that is not the call's doing)."""
+        attempt.timer = None
+        worker = attempt.worker
+        if attempt.call.inline:
+            if worker.head is not attempt:
+                return
+        elif worker.given_up.get(attempt.wire_id) is not attempt:
+            return
+        elif worker.inline:  # its loop thread runs a region call, which may hold this one's reply back
+            attempt.timer = self._graces.arm(attempt, self._config.deadlines.kill_grace)
+            return
+        frozen = self.supervisor.is_stopped(worker.process)
+        self._kill(worker, *((KillReason.FROZEN, None) if frozen else (KillReason.DEADLINE, attempt)))
+
+    def _wait_passed(self, call: Call) -> None:
+        """A re-run still waiting for a worker when its timeout ran out ends now."""
+        if not call.done and any(c is call for c in self._queue.put_back()):
+            self._queue.pop(call)
+            call.finish(outcomes.out_of_time(call, None))
+
+    def _put_back(self, call: Call) -> None:
+        """Queue ``call`` again at the front (a re-run or a resend), to end at its deadline if it waits."""
+        self._queue.push(call, front=True)
+        if call.deadline is not None:
+            self._waits.arm(call, max(0.0, call.deadline - time.monotonic()))
 
     def _kill(self, worker: Placement | WorkerProcess, reason: KillReason, target: Attempt | None) -> None:
         """Have the process killed; ``target`` is blamed at its death if this is the reason reported."""
@@ -259,7 +309,10 @@ class Dispatcher(Events):
         if worker.attempts.pop(attempt.wire_id, None) is None:
             return
         self._detach(attempt)
-        worker.zombies[attempt.wire_id] = time.monotonic()
+        now = time.monotonic()
+        worker.zombies[attempt.wire_id] = now
+        worker.given_up[attempt.wire_id] = attempt
+        self._arm_grace(attempt, now)
         if cancel:
             self._router.send(worker.identity, Cancel(attempt.wire_id))
 
@@ -302,6 +355,9 @@ class Dispatcher(Events):
     def _complete(self, worker: Placement, message: Result | PlainResult | Error) -> None:
         attempt = worker.attempts.pop(message.id, None)
         if attempt is None:
+            given_up = worker.given_up.pop(message.id, None)
+            if given_up is not None:
+                given_up.cancel_timer()  # it stopped: no kill
             if worker.zombies.pop(message.id, None) is None:
                 self.dropped += 1
                 log.warning("worker %s answered call %d it does not hold; dropped", worker.id, message.id)
@@ -313,9 +369,9 @@ class Dispatcher(Events):
         settled_here = False
         if isinstance(message, Error) and message.cls == ErrorClass.SCRIPT_MISSING:
             worker.scripts.discard((call.handle.kind, call.handle.sha256))
-            self._queue.push(call, front=True)
+            self._put_back(call)
         elif isinstance(message, Error) and call.resend_whole(worker.id, message.cls):
-            self._queue.push(call, front=True)  # resent with the whole list, like ScriptMissing
+            self._put_back(call)  # resent with the whole list, like ScriptMissing
         elif isinstance(message, Error):
             settled_here = self._answer(call, outcomes.from_error(call, worker, message))
         elif call.op == Op.LOAD and outcomes.described_functions(message.value) is None:
@@ -389,21 +445,25 @@ class Dispatcher(Events):
         for attempt in suspects:
             self._suspects.suspect(attempt.call.handle.sha256, now)
             attempt.call.alone = True
+        if blamed is not None:  # struck even if its deadline already answered it
+            call, why = blamed.call, worker.process.exit_reason
+            if self._quarantine.strike(call.handle.sha256, now, why, tenant=call.tenant):
+                log.warning("tenant %r's script %s quarantined: %s", call.tenant, call.handle.name, why)
+        for attempt in worker.given_up.values():
+            attempt.cancel_timer()
+        worker.given_up.clear()
         for attempt in list(worker.attempts.values()):
             self._release(attempt)
             call = attempt.call
             if call.done:
                 continue
-            why, tenant = worker.process.exit_reason, call.tenant
-            if attempt is blamed and self._quarantine.strike(call.handle.sha256, now, why, tenant=tenant):
-                log.warning("tenant %r's script %s quarantined: %s", tenant, call.handle.name, why)
             failure = outcomes.after_death(attempt, attempt is blamed, self._config, self.closing, now)
             if failure is not None:
                 call.finish(failure)
             else:
                 call.retries += outcomes.reached(attempt, now, self._config.deadlines.heartbeat)
                 self.retries += 1
-                self._queue.push(call, front=True)
+                self._put_back(call)
         worker.attempts.clear()
         worker.inline.clear()
 

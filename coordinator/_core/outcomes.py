@@ -1,28 +1,31 @@
 """Turning what a worker said (or how it died) into the one outcome a call ends with.
 
-Blame rules after a worker death (ARCHITECTURE §4):
-- our kill for ``deadline`` or ``protocol`` blames the attempt we killed it for; a ``memory`` kill
-  blames the one call running at the death, if only one was;
-- a death we did not cause by SIGKILL/SIGTERM is external (an operator, the OOM
-  killer's victim selection is not the script's doing) and blames nobody; so does
-  a clean exit after GOODBYE (a GOODBYE followed by a crash excuses nothing);
-- any other death we did not cause (abort, segfault, non-zero exit) blames the
-  call that was running if only one was (the inline head or a threaded call);
-- with several running, such a death (or a memory kill) is ambiguous: it blames
-  nobody and makes each running call's script a suspect (``coordinator._core.isolation``);
-- our other kills (frozen, heartbeat lost, unreachable, closing) blame nobody.
-A blamed call fails and strikes its script; an unblamed call is re-run when safe (``may_rerun``)
-and only with the time left of its ``timeout``: a call never outlives ``timeout + kill_grace`` by
-more than the time it takes to notice a death (milliseconds, pidfd).  A re-run is not sent to a
-worker that has already exited (``Supervisor.alive`` asks its pidfd first), and one sent to a
-worker already being killed does not count (``reached``): losing every worker at once costs a call
-one re-run, not all of them.
+Blame rules after a worker death (ARCHITECTURE §4), over the calls *running* there: the inline
+head, every threaded call, and every threaded call given up on whose late reply has not come
+(``Placement.given_up``: it still runs):
+- our kill for ``deadline`` or ``protocol`` blames the attempt we killed it for;
+- a ``memory`` or ``heartbeat lost`` kill, and any death we did not cause (abort, segfault, any
+  signal but SIGKILL/SIGTERM, a non-zero exit), blames the one call running, if only one was;
+- with several running, such a death is ambiguous: it blames nobody and makes each running
+  call's script a suspect (``coordinator._core.isolation``), whose calls then run alone until
+  its next death has exactly one call to blame;
+- a death we did not cause by SIGKILL/SIGTERM is external (an operator; the OOM killer's victim
+  selection is not the script's doing) and blames nobody; so does a clean exit after GOODBYE (a
+  GOODBYE followed by a crash excuses nothing);
+- our other kills (frozen, unreachable, closing, spawn timeout) blame nobody.
+A blamed call fails (unless its deadline already answered it) and strikes its script; an unblamed
+call is re-run when safe (``may_rerun``) and only with the time left of its ``timeout``.  The
+caller's timeout is the bound: a call is answered at its deadline whatever its worker does
+(``Dispatcher``), and the kill grace delays only the kill.  A re-run is not sent to a worker that
+has already exited (``Supervisor.alive`` asks its pidfd first), and one sent to a worker already
+being killed does not count (``reached``): losing every worker at once costs a call one re-run,
+not all of them.
 """
 
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from coordinator._core.calls import MIN_ATTEMPT_TIME, CallResult
 from coordinator.errors import (
@@ -126,34 +129,49 @@ def lying_worker(call: Call, worker: Placement, what: str) -> CallFailed:
 
 
 def running(worker: Placement) -> list[Attempt]:
-    """The attempts executing on ``worker``: the inline head and every threaded one (not queued ones)."""
+    """The attempts executing on ``worker``: the inline head, every threaded one (not queued inline
+    ones), and the threaded ones given up on that have not answered yet (they still run)."""
     head = worker.head
-    return [a for a in worker.attempts.values() if a is head or not a.call.inline]
+    live = [a for a in worker.attempts.values() if a is head or not a.call.inline]
+    return live + [a for a in worker.given_up.values() if a.wire_id not in worker.attempts]
+
+
+_BLAMES_THE_ONE_RUNNING: Final = frozenset({KillReason.MEMORY, KillReason.HEARTBEAT_LOST})
+"""Our kills that, like a crash, are caused by what runs: the one call running, if only one was."""
 
 
 def blame(worker: Placement) -> tuple[Attempt | None, list[Attempt]]:
     """Which attempt caused this worker's death, or the suspects when that is ambiguous (docstring)."""
     process = worker.process
-    if process.kill_reason:
-        if not process.kill_reason.blames:
-            return None, []
-        if worker.kill_target is not None:
+    reason = process.kill_reason
+    if reason:
+        if worker.kill_target is not None and reason.blames:
             return worker.kill_target, []
-        suspects = running(worker)
-        if process.kill_reason is KillReason.MEMORY and len(suspects) == 1:
-            return suspects[0], []
-        return None, suspects
-    returncode = process.process.returncode
-    if (process.goodbye and returncode == 0) or returncode in _EXTERNAL:  # GOODBYE then a crash: no excuse
-        return None, []
+        if reason.blames and reason not in _BLAMES_THE_ONE_RUNNING:
+            return None, running(worker)  # killed for a call we lost track of: all are suspects
+        if reason not in _BLAMES_THE_ONE_RUNNING:
+            return None, []
+    else:
+        returncode = process.process.returncode
+        # a clean exit after GOODBYE or an external kill; GOODBYE then a crash excuses nothing
+        if (process.goodbye and returncode == 0) or returncode in _EXTERNAL:
+            return None, []
     suspects = running(worker)
     if len(suspects) == 1:
         return suspects[0], []
     return None, suspects
 
 
-def timeout_error(call: Call, worker: Placement) -> CallFailed:
-    """A threaded call we gave up on at its deadline (the worker lives on)."""
+def timeout_error(call: Call, worker: Placement, *, frozen: bool = False) -> CallFailed:
+    """A call answered at its deadline while its worker still runs it (cancelled there; the worker is
+    killed if it has not stopped within ``kill_grace``); ``frozen``: the worker is SIGSTOPped."""
+    if frozen:
+        tail = f"worker {worker.id} is stopped (SIGSTOP) and is killed, with no time left to re-run the call"
+        return ScriptTimeout(
+            f"no answer within its {call.timeout:g} s deadline; {tail}",
+            cause=KillReason.FROZEN.value,
+            **fields(call, worker),
+        )
     return ScriptTimeout(
         f"no answer within its {call.timeout:g} s deadline; the call was cancelled", **fields(call, worker)
     )

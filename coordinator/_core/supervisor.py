@@ -344,7 +344,8 @@ class Supervisor:
             if worker.shutdown_sent and now - worker.shutdown_sent > deadlines.shutdown_grace:
                 self.kill(worker, KillReason.SHUTDOWN_GRACE_EXPIRED)
             elif now - worker.last_seen > silent_limit and not self._events.busy(worker):
-                self.kill(worker, KillReason.HEARTBEAT_LOST)
+                # blames the one call running, if only one was (outcomes.blame); a frozen one nobody
+                self.kill(worker, KillReason.FROZEN if self.is_stopped(worker) else KillReason.HEARTBEAT_LOST)
             if (
                 worker.state is WorkerState.ACTIVE
                 and worker.remote is None

@@ -4,7 +4,7 @@
     ┌──────────────────────────────────────┐          ┌─────────────────────────────────────┐
     │ identity, process, pidfd, state      │◀─────────│ process  (read only)                │
     │ ready_at, last_seen, capacity        │          │ attempts, inline, threaded, zombies │
-    │ sandbox, probe, rss, rss_base, calls │          │ scripts (AST affinity)              │
+    │ sandbox, probe, rss, rss_base, calls │          │ given_up, scripts (AST affinity)    │
     │ kill_reason, goodbye, shutdown_sent  │          │ alone, reserved (isolation)         │
     │ stderr_tail, exit_reason             │          │ kill_target (whom a kill blames)    │
     └──────────────────────────────────────┘          └─────────────────────────────────────┘
@@ -107,6 +107,9 @@ class Placement:
     threaded: int = 0
     zombies: dict[int, float] = field(default_factory=dict)
     """Wire ids of attempts given up on (deadline/cancel) whose late reply is expected and dropped."""
+    given_up: dict[int, Attempt] = field(default_factory=dict)
+    """Threaded attempts given up on that the worker still runs (no late reply yet), by wire id: one
+    that outlives ``kill_grace`` has its worker killed, and any may be what a death blames."""
     scripts: set[tuple[str, str]] = field(default_factory=set)
     alone: bool = False
     """It runs a suspect's call, so nothing else is placed here (``coordinator._core.isolation``)."""

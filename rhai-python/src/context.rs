@@ -25,12 +25,12 @@ pub const TOKEN_SIGNAL: &str = "signal";
 /// The call's operation budget ran out counting its script callbacks too, the CPU its thread
 /// spent (`CPU_NANOS_PER_OPERATION`), or the stack it runs on (`stack::operations_for_room`).
 pub const TOKEN_OPERATIONS: &str = "operations";
-/// Nanoseconds of its thread's CPU time a call is charged as one operation of its budget, whatever
-/// its operations did: one operation clones, size-checks or frees a whole value, so a value nested
-/// 150 000 deep cost quadratic time in 450 000 operations. With this charge the budget bounds what
-/// a call's operations cost, not only their number (500 000 operations: at most 0.5 s of CPU).
-/// A plain operation costs 20-100 ns, so only such whole-value work reaches it.
-pub const CPU_NANOS_PER_OPERATION: u64 = 1_000;
+/// Nanoseconds of its thread's CPU time a call may spend per operation of its budget, unless the
+/// engine says otherwise (`max_cpu_seconds`): one operation clones, size-checks or frees a whole
+/// value, so a value nested 150 000 deep cost quadratic time in 450 000 operations. With this
+/// bound the budget limits what a call's operations cost, not only their number. A plain
+/// operation costs 20-100 ns, so only such whole-value work reaches it.
+pub const CPU_NANOS_PER_OPERATION: u64 = 2_000;
 /// Operations between two looks at the clocks (deadline, CPU charge) while operations are cheap.
 const CHECK_EVERY: u64 = 256;
 /// An operation costing more CPU than this on average since the last look makes every operation
@@ -83,6 +83,8 @@ pub struct CallState {
     pub callback_operations: Cell<u64>,
     /// The engine's budget, or less on a stack too small for it (`stack::operations_for_room`).
     max_operations: u64,
+    /// The CPU time the call may spend (nested calls' excepted), in nanoseconds.
+    max_cpu_nanos: u64,
     last_signal_check: Cell<u64>,
     /// The operation count at the last look at the clocks, and operations until the next one.
     last_check: Cell<u64>,
@@ -154,16 +156,17 @@ pub struct CallReport {
 /// rhaipool's worker serves unrelated calls nested on one thread (a region hook run
 /// while a provider call waits for its host reply), and a host function's own Python
 /// code is not bounded by the outer deadline anyway; the outer call's limits apply
-/// again as soon as the host function returns. `max_operations` is the call's budget: the
-/// engine's, or less when the stack it runs on could not hold what the engine's allows to build.
+/// again as soon as the host function returns. `budget`: the call's operations (the engine's, or
+/// fewer when the stack it runs on could not hold what the engine's allow it to build) and CPU.
 pub fn push(
     engine: Arc<rhai::Engine>,
     script: &str,
     deadline: Option<Instant>,
     cancel: Option<Arc<AtomicBool>>,
     output_limit: usize,
-    max_operations: u64,
+    budget: (u64, u64),
 ) -> Result<CallGuard, &'static str> {
+    let (max_operations, max_cpu_nanos) = budget;
     STACK.with(|s| {
         let mut s = s.borrow_mut();
         if s.len() >= MAX_REENTRANCY {
@@ -181,6 +184,7 @@ pub fn push(
             operations: Cell::new(0),
             callback_operations: Cell::new(0),
             max_operations,
+            max_cpu_nanos,
             last_signal_check: Cell::new(0),
             last_check: Cell::new(0),
             stride: Cell::new(CHECK_EVERY),
@@ -288,7 +292,7 @@ impl CallState {
         let charged = cpu
             .saturating_sub(self.cpu_started)
             .saturating_sub(self.cpu_nested.get());
-        if charged / CPU_NANOS_PER_OPERATION > self.max_operations {
+        if charged > self.max_cpu_nanos {
             return Some(Dynamic::from(TOKEN_OPERATIONS));
         }
         if self.check_signals && ops.wrapping_sub(self.last_signal_check.get()) >= 1 << 16 {

@@ -65,6 +65,8 @@ fn type_id(name: &str) -> PyResult<TypeId> {
 #[pyclass(frozen, module = "rhai")]
 pub struct Engine {
     limits: Limits,
+    /// Nanoseconds of its thread's CPU one call may spend (`context::CPU_NANOS_PER_OPERATION`).
+    max_cpu_nanos: u64,
     output_limit: usize,
     json_functions: bool,
     check_argument_sizes: bool,
@@ -107,7 +109,7 @@ impl Engine {
     #[pyo3(signature = (*, max_operations=500_000, max_call_levels=64, max_expr_depth=128,
         max_function_expr_depth=128, max_string_size=1_000_000, max_array_size=10_000,
         max_map_size=10_000, max_variables=10_000, max_functions=1_000, output_limit=65_536,
-        json_functions=true, check_argument_sizes=true))]
+        json_functions=true, check_argument_sizes=true, max_cpu_seconds=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         #[pyo3(from_py_with = int_arg)] max_operations: i64,
@@ -122,6 +124,7 @@ impl Engine {
         #[pyo3(from_py_with = int_arg)] output_limit: i64,
         json_functions: bool,
         check_argument_sizes: bool,
+        max_cpu_seconds: Option<f64>,
     ) -> PyResult<Self> {
         let limits = Limits {
             max_operations: positive("max_operations", max_operations)?,
@@ -134,11 +137,28 @@ impl Engine {
             max_variables: positive("max_variables", max_variables)?,
             max_functions: positive("max_functions", max_functions)?,
         };
+        let max_cpu_nanos = match max_cpu_seconds {
+            None => limits
+                .max_operations
+                .saturating_mul(context::CPU_NANOS_PER_OPERATION),
+            Some(s) if s.is_finite() && s > 0.0 => {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                // positive and finite; `as` saturates at u64::MAX
+                let nanos = (s * 1e9) as u64;
+                nanos.max(1)
+            }
+            Some(_) => {
+                return Err(PyValueError::new_err(
+                    "max_cpu_seconds must be a positive number of seconds",
+                ))
+            }
+        };
         // 0 keeps no output at all, which is a valid choice.
         let output_limit = usize::try_from(output_limit)
             .map_err(|_| PyValueError::new_err("output_limit must not be negative"))?;
         Ok(Self {
             limits,
+            max_cpu_nanos,
             output_limit,
             json_functions,
             check_argument_sizes,
@@ -207,6 +227,7 @@ impl Engine {
                     name.to_string(),
                     self.output_limit,
                     self.check_argument_sizes,
+                    self.max_cpu_nanos,
                 ))
             }
             Err(e) => Err(errors::compile_error(py, &e, name)),

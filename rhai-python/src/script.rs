@@ -49,6 +49,7 @@ pub struct Script {
     functions: Vec<(String, usize)>,
     output_limit: usize,
     check_argument_sizes: bool,
+    max_cpu_nanos: u64,
 }
 
 impl Script {
@@ -58,6 +59,7 @@ impl Script {
         name: String,
         output_limit: usize,
         check_argument_sizes: bool,
+        max_cpu_nanos: u64,
     ) -> Self {
         let mut functions: Vec<(String, usize)> = ast
             .iter_functions()
@@ -73,6 +75,7 @@ impl Script {
             functions,
             output_limit,
             check_argument_sizes,
+            max_cpu_nanos,
         }
     }
 
@@ -171,7 +174,7 @@ impl Script {
             deadline,
             cancel,
             self.output_limit,
-            max_operations,
+            (max_operations, self.max_cpu_nanos),
         )
         .map_err(errors::reentrancy_error)?;
         let dyn_args = args()?;

@@ -209,6 +209,7 @@ class Engine:
         output_limit: int = 65_536,
         json_functions: bool = True,
         check_argument_sizes: bool = True,
+        max_cpu_seconds: float | None = None,
     ) -> Engine:
         """Every limit explicit and positive.
 
@@ -218,6 +219,9 @@ class Engine:
                 (region hooks do not get them, as in the reference runtime).
             check_argument_sizes: size-check call arguments against the limits
                 (the reference runtime passes hook arguments unchecked).
+            max_cpu_seconds: CPU time of its thread one call may spend (nested calls excepted);
+                beyond, ``TooManyOperations``: one operation may copy or free a whole value, so the
+                operation count alone does not bound the cost.  Default: 2 us per operation.
         """
     def register_fn(self, name: str, func: Callable[..., Any], *, types: list[str] | None = None) -> None:
         """Make ``func`` a script function at every arity it accepts (up to 8).
