@@ -1,13 +1,18 @@
-"""The coordinator's CurveZMQ gate: which node keys may connect, decided afresh at every handshake.
+"""The coordinator's CurveZMQ gate: which node keys may connect, decided on what the key directory holds now.
 
 ZeroMQ asks a ZAP handler (RFC 27) about each new CURVE connection. pyzmq's ``configure_curve(location=)``
 reads the key directory once, so a revoked key would stay welcome until a restart; here the handler asks
-:class:`AuthorizedKeys`, which looks at the directory on every handshake (one ``scandir``, the files are
-re-read only when a name, inode, size or mtime changed). Revoking is therefore a rename on disk, and the
-next handshake with that key is refused. A connection already established is not cut by the revocation.
+:class:`AuthorizedKeys`, which looks at the directory on every handshake. Its files are re-read when the
+directory's listing changed (which file, where, its inode, size, mtime or ctime: a rename into
+``revoked/`` changes the folder and the ctime, a Kubernetes Secret update the inodes behind the links) and
+in any case once a second, so even a same-size rewrite in place is seen within a second. A revoked or
+deleted key is therefore refused from the next handshake on; the node link
+(:mod:`coordinator.nodes.link`) asks the same gate about its joined nodes every half heartbeat and drops
+those whose key is no longer authorized.
 
 Fail closed: a CURVE server socket with no ZAP handler on its context accepts every client key, so
-:func:`curve_server` takes the running authenticator and refuses to configure a socket without one.
+:func:`curve_server` takes the running authenticator and refuses to configure a socket without one; an
+unreadable directory admits nobody.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
@@ -27,15 +34,44 @@ from zmq.auth.asyncio import AsyncioAuthenticator
 from coordinator.nodes.errors import KeyFileError
 from coordinator.nodes.keys import PUBLIC_SUFFIX, REVOKED_DIR, read_public_key
 
-__all__ = ["ZAP_DOMAIN", "AuthorizedKeys", "curve_authenticator", "curve_client", "curve_server"]
+__all__ = ["ZAP_DOMAIN", "AuthorizedKeys", "KeySet", "curve_authenticator", "curve_client", "curve_server"]
 
 ZAP_DOMAIN = "rhaipool-nodes"
+REREAD_INTERVAL = 1.0
+"""Seconds after which the key files are read again even if the directory's listing looks unchanged."""
 REFUSAL_LOG_INTERVAL = 60.0
-"""Seconds between two warnings about the same refused key (a refused peer retries every 100 ms)."""
-_MAX_REMEMBERED_REFUSALS = 1024
+"""Seconds between two warnings about the same refused key (a refused node tries again and again)."""
+_MAX_REMEMBERED = 1024
 log = logging.getLogger("coordinator.nodes")
 
-_Signature = tuple[tuple[str, int, int, int], ...]
+_Entry = tuple[str, int, int, int, int, int]
+"""(name, device, inode, size, mtime_ns, ctime_ns) of one public key file, links followed."""
+_Listing = tuple[_Entry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KeySet:
+    """The keys one reading of the directory found: z85 public key → the file that names it."""
+
+    directory: Path
+    allowed: dict[bytes, str] = field(default_factory=dict)
+    revoked: dict[bytes, str] = field(default_factory=dict)
+
+    def refusal(self, public_key: bytes) -> str | None:
+        """Why ``public_key`` (z85) may not connect (None: it may)."""
+        if public_key in self.revoked:
+            return f"revoked (filed as {self.directory / REVOKED_DIR / self.revoked[public_key]})"
+        if public_key not in self.allowed:
+            return f"not in {self.directory}"
+        return None
+
+
+@dataclass(slots=True)
+class _Refusals:
+    """When a key's refusal was last logged, and how many refusals came since."""
+
+    logged: float
+    since: int = 0
 
 
 class AuthorizedKeys:
@@ -43,29 +79,39 @@ class AuthorizedKeys:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._signature: _Signature | None = None
-        self._allowed: frozenset[bytes] = frozenset()
-        self._revoked: frozenset[bytes] = frozenset()
-        self._refusals_logged: dict[bytes, float] = {}
+        self._listing: tuple[_Listing, _Listing] | None = None
+        self._read_at = 0.0
+        self._keys = KeySet(directory)
+        self._refusals: dict[bytes, _Refusals] = {}
+        self._bad_files: set[_Entry] = set()
+        self._troubles: dict[Path, str] = {}
+
+    def current(self) -> KeySet:
+        """The keys as the directory holds them now (read again if it changed, or a second went by)."""
+        authorized = self._scan(self.directory)  # None: missing or unreadable, nobody is admitted
+        revoked = self._scan(self.directory / REVOKED_DIR) if authorized is not None else None
+        listing = (authorized or (), revoked or ())
+        now = time.monotonic()
+        if listing != self._listing or now - self._read_at >= REREAD_INTERVAL:
+            self._keys = KeySet(
+                self.directory,
+                self._read(self.directory, listing[0]),
+                self._read(self.directory / REVOKED_DIR, listing[1]),
+            )
+            self._listing, self._read_at = listing, now
+        return self._keys
+
+    def check(self, public_key: bytes) -> str | None:
+        """Why ``public_key`` (z85) may not connect now, None if it may; a refusal is logged
+        (at once, then at most once a minute per key, with the count of attempts between)."""
+        why = self.current().refusal(public_key)
+        if why is not None:
+            self._log_refusal(public_key, why)
+        return why
 
     def allows(self, public_key: bytes) -> bool:
-        """Whether ``public_key`` (z85) may connect now; refusals are logged (once a minute per key)."""
-        self._refresh()
-        if public_key in self._revoked:
-            return self._refuse(public_key, f"revoked ({self.directory / REVOKED_DIR})")
-        if public_key not in self._allowed:
-            return self._refuse(public_key, f"not in {self.directory}")
-        return True
-
-    def _refuse(self, public_key: bytes, why: str) -> bool:
-        now = time.monotonic()
-        last = self._refusals_logged.get(public_key)
-        if last is None or now - last >= REFUSAL_LOG_INTERVAL:
-            if len(self._refusals_logged) >= _MAX_REMEMBERED_REFUSALS:
-                self._refusals_logged.clear()
-            self._refusals_logged[public_key] = now
-            log.warning("refused node key %s: %s", public_key.decode(), why)
-        return False
+        """Whether ``public_key`` (z85) may connect now (a refusal is logged, as :meth:`check` does)."""
+        return self.check(public_key) is None
 
     def callback(self, domain: str, key: bytes) -> bool:
         """pyzmq's credentials-provider hook (``Authenticator.configure_curve_callback``).
@@ -78,56 +124,86 @@ class AuthorizedKeys:
             log.exception("refused node key %s: the authorized keys could not be checked", key.decode())
             return False
 
-    def _refresh(self) -> None:
-        signature = _signature(self.directory) + _signature(self.directory / REVOKED_DIR)
-        if signature == self._signature:
+    def _log_refusal(self, public_key: bytes, why: str) -> None:
+        now = time.monotonic()
+        seen = self._refusals.get(public_key)
+        if seen is not None and now - seen.logged < REFUSAL_LOG_INTERVAL:
+            seen.since += 1
             return
-        self._allowed = _load(self.directory)
-        self._revoked = _load(self.directory / REVOKED_DIR)
-        self._signature = signature
+        if len(self._refusals) >= _MAX_REMEMBERED:
+            self._refusals.clear()
+        self._refusals[public_key] = _Refusals(now)
+        again = f" ({seen.since} more attempts in the last {now - seen.logged:.0f} s)" if seen else ""
+        log.warning("refused node key %s: %s%s", public_key.decode(), why, again)
 
-
-def _public_key_files(directory: Path) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(directory) as entries:
-            return [e for e in entries if e.name.endswith(PUBLIC_SUFFIX) and e.is_file()]
-    except FileNotFoundError:
-        return []
-    except OSError as exc:  # unreadable: allow nobody, and say so
-        log.error("cannot read authorized keys directory %s: %s", directory, exc)
-        return []
-
-
-def _signature(directory: Path) -> _Signature:
-    found = []
-    for entry in _public_key_files(directory):
+    def _scan(self, directory: Path) -> _Listing | None:
+        """The ``*.key`` files directly in ``directory``, each with what changes when it is replaced;
+        None if it cannot be read (a missing ``revoked/`` is normal: it holds nothing)."""
+        found = []
         try:
-            st = entry.stat()  # follows symlinks: a Kubernetes Secret update swaps their targets
-        except OSError:  # removed since the scandir: it is not there
-            continue
-        found.append((entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(sorted(found))
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if not entry.name.endswith(PUBLIC_SUFFIX):
+                        continue
+                    try:
+                        st = entry.stat()  # follows symlinks: a Kubernetes Secret update swaps their targets
+                    except OSError:  # removed since the scandir (or a dangling link): it is not there
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        found.append(
+                            (entry.name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                        )
+        except FileNotFoundError:
+            if directory != self.directory:
+                return ()
+            self._trouble(
+                directory, f"authorized keys directory {directory} does not exist: no node is admitted"
+            )
+            return None
+        except OSError as exc:  # unreadable: what it would have admitted is not admitted, and said so
+            self._trouble(directory, f"cannot read authorized keys directory {directory}: {exc}")
+            return None
+        self._trouble(directory, None)
+        return tuple(sorted(found))
 
+    def _trouble(self, directory: Path, problem: str | None) -> None:
+        """Log a problem with a directory once when it starts, and once when it is over: never a flood."""
+        if problem == self._troubles.get(directory):
+            return
+        if problem is not None:
+            self._troubles[directory] = problem
+            log.error("%s", problem)
+        else:
+            del self._troubles[directory]
+            log.warning("authorized keys directory %s is readable again", directory)
 
-def _load(directory: Path) -> frozenset[bytes]:
-    keys = set()
-    for entry in _public_key_files(directory):
-        try:
-            keys.add(read_public_key(Path(entry.path)))
-        except KeyFileError as exc:  # one bad file must not lock every node out
-            log.error("ignoring %s", exc)
-    return frozenset(keys)
+    def _read(self, directory: Path, listing: _Listing) -> dict[bytes, str]:
+        keys: dict[bytes, str] = {}
+        for entry in listing:
+            try:
+                keys[read_public_key(directory / entry[0])] = entry[0]
+            except KeyFileError as exc:  # one bad file must not lock every node out; said once per version
+                if entry not in self._bad_files:
+                    if len(self._bad_files) >= _MAX_REMEMBERED:
+                        self._bad_files.clear()
+                    self._bad_files.add(entry)
+                    log.error("ignoring %s", exc)
+        return keys
 
 
 @contextlib.contextmanager
 def curve_authenticator(
-    context: zmq.asyncio.Context, authorized_keys: Path
+    context: zmq.asyncio.Context, authorized_keys: Path | AuthorizedKeys
 ) -> Iterator[AsyncioAuthenticator]:
-    """Run a ZAP handler on ``context`` (inside a running event loop) admitting ``authorized_keys``."""
+    """Run a ZAP handler on ``context`` (inside a running event loop) admitting ``authorized_keys``.
+
+    Pass the :class:`AuthorizedKeys` itself to share it (the node link checks its joined nodes with it).
+    """
+    gate = authorized_keys if isinstance(authorized_keys, AuthorizedKeys) else AuthorizedKeys(authorized_keys)
     authenticator = AsyncioAuthenticator(context, log=log)
     authenticator.start()
     try:
-        authenticator.configure_curve_callback(ZAP_DOMAIN, AuthorizedKeys(authorized_keys))
+        authenticator.configure_curve_callback(ZAP_DOMAIN, gate)
         yield authenticator
     finally:
         authenticator.stop()

@@ -11,6 +11,13 @@ a BEAT every ``heartbeat`` seconds; a node silent for ``liveness`` seconds is ex
 workers is reported dead (``KillReason.UNREACHABLE``, no call blamed), so the dispatcher re-runs
 what the delivery rules allow.  A session is one connection's routing id; frames from an expired or
 unknown session get RESET, and the node starts over with fresh workers.
+
+Keys: a session is bound to the key its connection authenticated with (the ZAP handler's User-Id),
+and that key must stay authorized. The listener asks the same :class:`AuthorizedKeys` as the handshakes
+at every HELLO and, for each joined node, every half heartbeat: a node whose key was revoked or deleted
+is RESET and expired like a silent one (its calls settle by the delivery rules), within one heartbeat.
+Its old connection is useless from then on: every frame on it gets RESET and its HELLO is refused; a
+node that follows the protocol reconnects, and that handshake is refused.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from coordinator._core.config import PoolConfig
 from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
 from coordinator.nodes import wire
-from coordinator.nodes.auth import curve_authenticator, curve_server
+from coordinator.nodes.auth import AuthorizedKeys, curve_authenticator, curve_server
 from coordinator.nodes.config import NodesConfig
 from coordinator.nodes.records import (
     DEFAULT_NODE_HEARTBEAT,
@@ -68,6 +75,8 @@ log = logging.getLogger("coordinator.nodes")
 
 _CHECK: Final = 0.1
 _EXPIRED_REMEMBERED: Final = 1024
+_KEY_REFUSED: Final = "node key not authorized"
+"""What a node whose key is refused is told (the coordinator's log says which key and why)."""
 
 
 class NodeListener:
@@ -76,7 +85,9 @@ class NodeListener:
     def __init__(
         self, listen: str, secret_key: Path, authorized_keys: Path, settings: LinkSettings | None = None
     ) -> None:
-        self.listen, self._secret_key, self._authorized_keys = listen, secret_key, authorized_keys
+        self.listen, self._secret_key = listen, secret_key
+        self._gate = AuthorizedKeys(authorized_keys)
+        self._keys_checked = 0.0
         self.settings = settings or LinkSettings()
         self.endpoint = ""
         """The bound endpoint (``tcp://127.0.0.1:*`` gives the port chosen)."""
@@ -86,6 +97,8 @@ class NodeListener:
         self.worker_nodes: dict[str, str] = {}
         """Every worker id ever adopted → the name of the node that ran it."""
         self.joined = self.expired = self.refused_frames = 0
+        self.refused_keys = self.dropped_keys = 0
+        """HELLOs refused, and joined nodes dropped, because their key is no longer authorized."""
         self._stack = contextlib.ExitStack()
         self._sock: zmq.Socket[bytes] | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -103,7 +116,7 @@ class NodeListener:
         self._loop = asyncio.get_running_loop()
         context = zmq.asyncio.Context()
         self._stack.callback(context.term)
-        authenticator = self._stack.enter_context(curve_authenticator(context, self._authorized_keys))
+        authenticator = self._stack.enter_context(curve_authenticator(context, self._gate))
         asock = context.socket(zmq.ROUTER)
         self._stack.callback(asock.close, 0)
         curve_server(cast("zmq.Socket[bytes]", asock), self._secret_key, authenticator)
@@ -206,10 +219,10 @@ class NodeListener:
         self._scheduled = False
         if self._sock is None:
             return
-        batch = wire.receive(self._sock)
-        for frames in batch:
+        batch = wire.receive_with_peer_keys(self._sock)
+        for frames, key in batch:
             try:
-                self._on_frames(frames)
+                self._on_frames(frames, key)
             except Exception:  # ours; still, nothing may escape into the event loop
                 log.exception("node link message handling failed")
         if (
@@ -220,7 +233,7 @@ class NodeListener:
             self._scheduled = True
             self._loop.call_soon(self._on_readable)
 
-    def _on_frames(self, frames: list[bytes]) -> None:
+    def _on_frames(self, frames: list[bytes], key: bytes) -> None:
         session, rest = frames[0], frames[1:]
         node = self._nodes.get(session)
         if len(rest) == 2:
@@ -241,14 +254,19 @@ class NodeListener:
             log.warning("node %s sent a bad node message: %s", node.name if node else session.hex(), exc)
             return
         if node is None:
-            self._unknown_session(session, message)
+            self._unknown_session(session, message, key)
         else:
             node.last_heard = time.monotonic()
             self._on_message(node, message)
 
-    def _unknown_session(self, session: bytes, message: Any) -> None:
+    def _unknown_session(self, session: bytes, message: Any, key: bytes) -> None:
         if not isinstance(message, Hello):
             self._reset(session, self._expired.get(session, "unknown session"))
+            return
+        if self._gate.check(key) is not None:  # revoked since its handshake (the gate logs it)
+            self.refused_keys += 1
+            self._remember_expired(session, _KEY_REFUSED)
+            self._reset(session, _KEY_REFUSED)
             return
         if not SUPPORTED_VERSIONS.intersection(message.versions):
             self._reset(session, "no common protocol version")
@@ -257,7 +275,7 @@ class NodeListener:
             self._reset(session, "the coordinator is closing")
             return
         node = NodeRecord(
-            session, message.name, message.workers, message.pid, time.monotonic(), message.group
+            session, message.name, message.workers, message.pid, time.monotonic(), message.group, key
         )
         self._nodes[session] = node
         self.joined += 1
@@ -285,7 +303,7 @@ class NodeListener:
             self._expire(node, f"left ({message.reason})")
         elif isinstance(message, Hello):  # a second HELLO: the node started over on this session
             self._expire(node, "started over")
-            self._unknown_session(node.session, message)
+            self._unknown_session(node.session, message, node.public_key)
 
     def _adopt(self, node: NodeRecord, message: Spawned) -> None:
         identity = message.worker
@@ -326,9 +344,7 @@ class NodeListener:
         if self._nodes.pop(node.session, None) is None:
             return
         self.expired += 1
-        if len(self._expired) >= _EXPIRED_REMEMBERED:
-            self._expired.clear()
-        self._expired[node.session] = f"session expired: {why}"
+        self._remember_expired(node.session, f"session expired: {why}")
         log.warning("node %s %s; %d workers lost", node.name, why, len(node.workers))
         for identity in list(node.workers):
             node.workers.pop(identity)
@@ -339,6 +355,12 @@ class NodeListener:
             process.kill_reason = process.kill_reason or KillReason.UNREACHABLE
             process.stderr_tail += f"\nnode {node.name} {why}".encode()
             self._supervisor.exited(process, None)
+
+    def _remember_expired(self, session: bytes, why: str) -> None:
+        """What later frames of an ended session are answered (RESET with this reason)."""
+        if len(self._expired) >= _EXPIRED_REMEMBERED:
+            self._expired.clear()
+        self._expired[session] = why
 
     # -- liveness ------------------------------------------------------------
     async def _tick_forever(self) -> None:
@@ -356,6 +378,21 @@ class NodeListener:
                 self._expire(node, f"silent for {now - node.last_heard:.1f} s")
             elif now - node.last_sent >= settings.heartbeat:
                 self._send(node, NodeBeat())
+        if self._nodes and now - self._keys_checked >= settings.heartbeat / 2:
+            self._keys_checked = now
+            self._drop_unauthorized()
+
+    def _drop_unauthorized(self) -> None:
+        """Expire every joined node whose key was revoked or deleted since it joined."""
+        keys = self._gate.current()
+        for node in list(self._nodes.values()):
+            why = keys.refusal(node.public_key)
+            if why is None:
+                continue
+            log.warning("node %s: its key %s is %s", node.name, node.public_key.decode(), why)
+            self.dropped_keys += 1
+            self._send(node, Reset(_KEY_REFUSED))
+            self._expire(node, "dropped: its key is no longer authorized")
 
 
 def _worker_args(config: PoolConfig) -> dict[str, int | float]:

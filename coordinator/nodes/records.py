@@ -63,6 +63,8 @@ class NodeRecord:
     pid: int
     last_heard: float
     group: str = ""
+    public_key: bytes = b""
+    """The z85 key its connection authenticated with: checked against the authorized keys every half beat."""
     last_sent: float = 0.0
     workers: dict[bytes, RemoteWorker] = field(default_factory=dict)
     draining: bool = False

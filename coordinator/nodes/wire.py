@@ -13,7 +13,7 @@ from typing import Final
 
 import zmq
 
-__all__ = ["MAX_BATCH", "pending", "receive", "send"]
+__all__ = ["MAX_BATCH", "pending", "receive", "receive_with_peer_keys", "send"]
 
 log = logging.getLogger("coordinator.nodes")
 
@@ -21,6 +21,7 @@ MAX_BATCH: Final = 512
 _EVENTS: Final = int(zmq.EVENTS)
 _POLLIN: Final = int(zmq.POLLIN)
 _NOBLOCK: Final = int(zmq.NOBLOCK)
+_RCVMORE: Final = int(zmq.RCVMORE)
 
 
 def send(sock: zmq.Socket[bytes], frames: list[bytes]) -> bool:
@@ -53,3 +54,32 @@ def receive(sock: zmq.Socket[bytes], limit: int = MAX_BATCH) -> list[list[bytes]
             log.debug("node link receive: %s", exc)
             break
     return batch
+
+
+def receive_with_peer_keys(
+    sock: zmq.Socket[bytes], limit: int = MAX_BATCH
+) -> list[tuple[list[bytes], bytes]]:
+    """As :func:`receive`, each message with the z85 key its CURVE connection authenticated with.
+
+    That is the ``User-Id`` the ZAP handler gave the connection (``b""`` on a socket without one):
+    the coordinator binds a joining node's session to it, to drop the node if the key is revoked.
+    """
+    batch: list[tuple[list[bytes], bytes]] = []
+    while len(batch) < limit and pending(sock):
+        try:
+            first = sock.recv(_NOBLOCK, copy=False)
+            frames = [first.bytes]
+            while sock.getsockopt(_RCVMORE):
+                frames.append(sock.recv(_NOBLOCK))
+        except zmq.ZMQError as exc:  # Again after all, or the socket closed under us
+            log.debug("node link receive: %s", exc)
+            break
+        batch.append((frames, _user_id(first)))
+    return batch
+
+
+def _user_id(frame: zmq.Frame) -> bytes:
+    try:
+        return str(frame.get("User-Id")).encode("ascii", "replace")
+    except zmq.ZMQError:  # no ZAP handler on this socket: no authenticated key
+        return b""

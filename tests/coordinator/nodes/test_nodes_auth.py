@@ -7,6 +7,7 @@ on timing: an admitted client's message must arrive, a refused one's must not.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -162,6 +163,67 @@ def test_revoked_key_is_refused_at_its_next_handshake_without_restart(keys: Path
     ]
 
 
+@pytest.mark.parametrize("others", [(), ("a-node",), ("node2",)])
+def test_a_revoke_is_refused_at_the_next_handshake_whatever_else_the_directory_holds(
+    tmp_path: Path, others: tuple[str, ...]
+) -> None:
+    """Issue 21: a rename leaves name, inode, size and mtime as they were, only the folder changes.
+
+    With node-1 alone or sorted last (and ``revoked/`` empty), a listing that ran the two folders together
+    did not change, and the revoked key kept joining.
+    """
+    generate(tmp_path / "coordinator", "coordinator")
+    authorized = tmp_path / "authorized"
+    for name in ("node-1", *others):
+        generate(authorized, name)
+
+    async def scenario() -> list[int]:
+        async with running_server(tmp_path) as server:
+            before, _ = await attempt(server, authorized / "node-1.key_secret", b"before")
+            revoke(authorized, "node-1")
+            after, _ = await attempt(server, authorized / "revoked" / "node-1.key_secret", b"after")
+            return [before, after]
+
+    assert asyncio.run(scenario()) == [zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_HANDSHAKE_FAILED_AUTH]
+
+
+def test_a_deleted_key_is_refused_at_its_next_handshake(keys: Path) -> None:
+    authorized = keys / "authorized"
+    (keys / "kept").mkdir()
+    shutil.copy(authorized / "node2.key_secret", keys / "kept" / "node2.key_secret")
+
+    async def scenario() -> list[int]:
+        async with running_server(keys) as server:
+            seen = [(await attempt(server, authorized / "node2.key_secret", b"before"))[0]]
+            (authorized / "node2.key").unlink()
+            seen.append((await attempt(server, keys / "kept" / "node2.key_secret", b"after"))[0])
+            seen.append((await attempt(server, authorized / "node1.key_secret", b"other"))[0])
+            return seen
+
+    assert asyncio.run(scenario()) == [
+        zmq.EVENT_HANDSHAKE_SUCCEEDED,
+        zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+        zmq.EVENT_HANDSHAKE_SUCCEEDED,
+    ]
+
+
+def test_a_key_replaced_in_place_is_seen_at_once(keys: Path) -> None:
+    """Same name, same inode, same size (every z85 key is 40 characters): the ctime still moves."""
+    authorized = keys / "authorized"
+    gate = AuthorizedKeys(authorized)
+    node1 = read_public_key(authorized / "node1.key")
+    intruder = read_public_key(keys / "elsewhere" / "intruder.key")
+    assert (gate.allows(node1), gate.allows(intruder)) == (True, False)
+    target = authorized / "node1.key"
+    inode, mtime = target.stat().st_ino, target.stat().st_mtime_ns
+    with target.open("r+b") as file:  # rewrite the bytes of the same inode, then put the mtime back
+        file.write((keys / "elsewhere" / "intruder.key").read_bytes())
+        file.truncate()
+    os.utime(target, ns=(mtime, mtime))
+    assert target.stat().st_ino == inode
+    assert (gate.allows(node1), gate.allows(intruder)) == (False, True)
+
+
 def test_key_added_while_running_is_accepted_at_its_next_handshake(keys: Path) -> None:
     async def scenario() -> tuple[int, int]:
         async with running_server(keys) as server:
@@ -234,6 +296,27 @@ def test_a_refused_peer_retrying_is_logged_once_not_at_every_retry(
     assert verdicts == [zmq.EVENT_HANDSHAKE_FAILED_AUTH] * 4
     assert len(warnings) == 1
     assert "not in" in warnings[0].message
+
+
+def test_a_malformed_file_and_an_unreadable_directory_are_each_reported_once(
+    keys: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The link asks the gate every half heartbeat: a standing problem must not fill the log."""
+    authorized = keys / "authorized"
+    (authorized / "broken.key").write_text("not a certificate\n")
+    gate = AuthorizedKeys(authorized)
+    missing = AuthorizedKeys(keys / "authorized" / "node1.key")  # a file, not a directory
+    node1 = read_public_key(authorized / "node1.key")
+    with caplog.at_level("WARNING", logger="coordinator.nodes"):
+        for round in range(5):
+            shutil.copy(authorized / "node2.key", authorized / f"copy{round}.key")  # the listing changes
+            assert gate.allows(node1) is True
+            assert missing.callback("*", node1) is False
+    errors = [r.message for r in caplog.records if r.levelname == "ERROR"]
+    assert len([m for m in errors if "broken.key" in m]) == 1
+    assert len([m for m in errors if "cannot read authorized keys directory" in m]) == 1
+    refusals = [r.message for r in caplog.records if "refused node key" in r.message]
+    assert len(refusals) == 1  # the same key refused five times: said once
 
 
 def _atomic_writer_swap(directory: Path, files: dict[str, str], generation: int) -> None:
