@@ -47,13 +47,19 @@ async def kill_mid_call(pool: Pool, handle: ScriptHandle) -> Any:
 
 
 async def stop_mid_call(pool: Pool, handle: ScriptHandle) -> Any:
-    """Frozen: killed at the hard deadline (not blamed, not struck) and replaced; the timeout is spent,
-    so the call ends there instead of being re-run past it."""
+    """Frozen: answered at its timeout (the timeout is the bound: no re-run past it), then killed a kill
+    grace later (not blamed, not struck) and replaced."""
+    started = time.monotonic()
     task = asyncio.ensure_future(pool.call(handle, "sleepy", 0.2, "thawed", timeout=1.0))
     os.kill(await busy_worker_pid(pool), signal.SIGSTOP)
     try:
         return await task
     finally:
+        assert time.monotonic() - started < 1.0 + CONFIG.deadlines.kill_grace  # not held by the grace
+        for _ in range(500):
+            if pool.statistics().exits:
+                break
+            await asyncio.sleep(0.01)
         stats = pool.statistics()
         assert stats.exit_reasons.get("frozen (SIGSTOP)") == 1 and stats.quarantined == 0
 
@@ -179,7 +185,9 @@ def test_a_killer_beside_other_calls_is_found_by_running_suspects_alone() -> Non
             retry=RetryPolicy(strikes=2, quarantine=30, max_retries=2),
         )
         async with Pool(config) as pool:
-            killer = await pool.load(SCRIPT, name="killer.rhai", kind="provider")
+            # a region call beside the provider naps: a provider call's CPU (0.25 s) cannot grow its worker
+            # to the memory limit, a region call's (2 s) can (worker/engine.py CPU_SECONDS)
+            killer = await pool.load(SCRIPT, name="killer.rhai")
             napper = await pool.load("fn nap(s, v) { sleep(s); v }", name="napper.rhai", kind="provider")
             naps = [asyncio.ensure_future(pool.call(napper, "nap", 1.5, i, timeout=20)) for i in range(3)]
             await busy_worker_pid(pool, "nap")

@@ -302,8 +302,9 @@ def test_a_stream_that_delivered_chunks_is_not_rerun_after_a_worker_death() -> N
 
 
 def test_a_frozen_worker_does_not_stretch_a_calls_timeout() -> None:
-    """SIGSTOP mid-call: the worker is killed at the hard deadline and the call ends there, with no
-    re-run (no time is left for one) -- not after a second full timeout on another worker."""
+    """SIGSTOP mid-call: the call is answered at its timeout, with no re-run (no time is left for one) --
+    not after the kill grace, nor after a second full timeout on another worker; the worker is killed
+    a grace later."""
 
     async def scenario() -> None:
         timeout, grace = 3.0, 0.5
@@ -316,8 +317,9 @@ def test_a_frozen_worker_does_not_stretch_a_calls_timeout() -> None:
             with pytest.raises(ScriptTimeout, match="no time left to re-run"):
                 await task
             elapsed = time.monotonic() - started
-            # the bound is the behaviour: timeout + kill_grace, plus a generous margin for a loaded machine
-            assert elapsed < timeout + grace + 2.0, f"answered after {elapsed:.1f} s"
+            # the bound is the behaviour: the timeout, plus a margin for a loaded machine (below the grace)
+            assert elapsed < timeout + grace, f"answered after {elapsed:.1f} s"
+            await until(lambda: pool.statistics().exits == 1, "the frozen worker is killed")
             stats = pool.statistics()
             assert stats.exit_reasons.get("frozen (SIGSTOP)") == 1 and stats.retries == 0
             assert await pool.call(handle, "add", 1, 2) == 3

@@ -25,7 +25,7 @@ fn fail(m) { throw #{ message: m, transient: true, kind: "api" } }
 fn oops() { let x = 1; x.no_such_method() }
 fn keys_bomb() {
     let m = #{}; let s = "y"; while s.len < 500000 { s += s; }
-    let i = 0; loop { m[s + i.to_string()] = i; i += 1; }
+    let i = 0; loop { m[i.to_string() + s] = i; i += 1; }
 }
 fn talk() { print("hello"); debug("dbg"); 5 }
 """
