@@ -59,12 +59,13 @@ class Limits:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deadlines:
-    """Layered deadlines: engine wall clock (``call``) → coordinator hard deadline (+``kill_grace``) → kill.
+    """Layered deadlines: engine wall clock (``call``) → the coordinator answers at the deadline →
+    ``kill_grace`` later, a worker still running the call is killed.
 
     A call's timeout (``call``, or ``timeout=`` per call) starts with its first attempt and bounds
-    the whole call, re-runs included: a re-run gets only what is left, so a call ends within its
-    timeout plus ``kill_grace`` plus the milliseconds it takes to notice a worker's death.  Time
-    spent waiting in the queue is bounded apart, by ``queue``.
+    the whole call, re-runs included: a re-run gets only what is left, and the call is answered at
+    its timeout whatever its worker does (``kill_grace`` delays only the kill).  Time spent waiting
+    in the queue is bounded apart, by ``queue``.
     """
 
     call: float = DEFAULT_CALL_TIMEOUT
