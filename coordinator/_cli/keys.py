@@ -87,7 +87,8 @@ def list_command(directory: Path, as_json: bool) -> None:
     "--json", "as_json", is_flag=True, help='Print {"name", "revoked"} (the new path of the public key).'
 )
 def revoke_command(directory: Path, name: str, as_json: bool) -> None:
-    """Move NAME's key files into DIRECTORY/revoked: refused at its next handshake, no restart needed."""
+    """Move NAME's key files into DIRECTORY/revoked: no restart needed, a running coordinator refuses
+    the key at its next handshake and drops a node joined with it within one heartbeat."""
     try:
         target = revoke(directory, name)
     except KeyFileError as exc:

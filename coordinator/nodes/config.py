@@ -3,7 +3,7 @@
     [nodes]
     listen = "tcp://HOST:PORT"          # the CurveZMQ port nodes join
     secret_key = "FILE"                 # the coordinator's own .key_secret
-    authorized_keys = "DIR"             # node public keys admitted (re-read at every handshake)
+    authorized_keys = "DIR"             # node public keys admitted (followed live: coordinator.nodes.auth)
     heartbeat = 0.5                     # seconds between heartbeats, both ways (optional)
     liveness = 2.5                      # seconds of silence before either side gives the other up
 

@@ -147,8 +147,8 @@ def _info(path: Path, revoked: bool) -> KeyInfo:
 def revoke(directory: Path, name: str) -> Path:
     """Move ``NAME``'s key files into ``DIR/revoked/``; return the public key's new path.
 
-    The authenticator re-reads the directory at every handshake, so the key is refused from the next
-    connection on; no restart is needed.
+    A running coordinator sees the rename at once (:mod:`coordinator.nodes.auth`): the key is refused
+    from the next handshake on, and a node joined with it is dropped within one heartbeat. No restart.
     """
     _check_name(name)
     public = directory / f"{name}{PUBLIC_SUFFIX}"
