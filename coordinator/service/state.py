@@ -234,8 +234,6 @@ class Service:
         if reinstated:
             for problem in await self.regions.restore_tenant(tenant):
                 log.warning("%s", problem)
-        if tenant in self.tokens.tenants:  # a rotation: the old token stops now
-            self.on_revoked(frozenset({tenant}))
         self._set_tokens()
         self._apply_limits()
         return fresh

@@ -97,7 +97,9 @@ def test_sighup_rotates_and_revokes_tokens_without_dropping_a_call(tmp_path: Pat
         service = _start(tmp_path, standin)
         before = service.config.read_text()
         after = before.replace(sha(TOKENS["acme"]), sha("acme-rotated"))
-        after = after.replace(f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\n', "")
+        globex = f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\nproviders = ["groq"]\n'
+        assert globex in after
+        after = after.replace(globex, "")
 
         async def scenario() -> tuple[httpx.Response | Exception, list[int]]:
             async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:

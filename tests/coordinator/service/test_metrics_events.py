@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from service_support import ServiceProcess, free_port, write_config
+from service_support import ADMIN, ServiceProcess, free_port, write_config
 
 from coordinator._cli.demo import GROQ_SCRIPT
 from coordinator.bench.standin import Reply, StandinServer
@@ -33,7 +33,7 @@ _LAUNCH = (
     "configure(as_json=True)\n"
     "asyncio.run(serve(load_service_config(Path(sys.argv[1])), pool_options=json.loads(sys.argv[2])))\n"
 )
-POOL = {"workers": 1, "spares": 0, "region_pipeline": 1, "tenant_max_calls": 2}
+POOL = {"workers": 1, "spares": 0, "region_pipeline": 1}
 PONG = {"model": "standin-small", "messages": [{"role": "user", "content": "Reply with exactly: PONG"}]}
 SLOW = "fn render(ctx) { sleep(1.0); `slow` }"
 TALKER = """
@@ -54,8 +54,10 @@ def busy(tmp_path_factory: pytest.TempPathFactory, standin: StandinServer) -> It
     folder = tmp_path_factory.mktemp("busy")
     port = free_port()
     config = write_config(folder, port=port, standin=standin.base_url, workers=1)
+    config.write_text(config.read_text().replace('providers = ["groq"]', 'providers = ["groq", "limited"]'))
     with config.open("a", encoding="utf-8") as f:
         f.write(
+            "[serve.tenant_defaults]\nmax_calls = 2\n"
             "[model_providers.limited]\n"
             f'api_key = "k"\nbase_url = "{standin.url}/limited/v1"\negress_allow = ["127.0.0.1"]\n'
             "[model_providers.limited.rate_limit]\n"
@@ -79,7 +81,7 @@ BOUNDED_LABELS = frozenset(
 
 
 def _samples(service: ServiceProcess) -> Samples:
-    text = httpx.get(service.url + "/metrics", timeout=10).text
+    text = httpx.get(service.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10).text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)

@@ -25,7 +25,7 @@ BOUNDED_LABELS = frozenset(
 
 
 def _samples(service: ServiceProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(service.url + "/metrics", timeout=10).text
+    text = httpx.get(service.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10).text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
