@@ -256,8 +256,8 @@ class Egress:
                 if request.secret:
                     response.release()
                     raise SecretMisuse(
-                        f"egress refused: a redirect to another origin of a request carrying provider "
-                        f"{policy.provider!r}'s secret (HTTP {response.status})"
+                        "egress refused: a redirect to another origin of a request carrying a secret of "
+                        f"provider {policy.provider!r} (HTTP {response.status})"
                     )
                 return response
             response.release()

@@ -94,8 +94,8 @@ class Secrets:
         value = self._by_placeholder.get(placeholder)
         if value is None:
             raise SecretMisuse(
-                f"egress refused: the {where} carries a secret placeholder that is not one of provider "
-                f"{self.provider!r}'s"
+                f"egress refused: the {where} carries a secret placeholder that stands for no secret of "
+                f"provider {self.provider!r}"
             )
         return value
 
@@ -108,10 +108,8 @@ class Secrets:
         """
         if body is not None and looks_like_placeholder(body):
             raise self._refused("the request body")
-        head, mark, query = url.partition("?")
-        query, hash_mark, fragment = query.partition("#") if mark else ("", "", "")
-        if not mark:
-            head, hash_mark, fragment = url.partition("#")
+        before_hash, hash_mark, fragment = url.partition("#")
+        head, _, query = before_hash.partition("?")
         if looks_like_placeholder(head) or looks_like_placeholder(fragment):
             raise self._refused("the URL (outside its query string)")
         in_query = looks_like_placeholder(query)
@@ -124,8 +122,8 @@ class Secrets:
             return url, headers
         if host.strip("[]") not in self.hosts:
             raise SecretMisuse(
-                f"egress refused: host {host!r} is not one of provider {self.provider!r}'s own hosts (its "
-                "table's base_url host and allowed_hosts); a secret placeholder may be sent only there"
+                f"egress refused: host {host!r} is not one of the own hosts of provider {self.provider!r} "
+                "(its table's base_url host and allowed_hosts); a secret placeholder may be sent only there"
             )
         if in_query:
             query = _PLACEHOLDER.sub(lambda m: quote(self._real(m.group(0), "query string"), safe=""), query)
@@ -148,8 +146,8 @@ class Secrets:
 
     def _refused(self, where: str) -> SecretMisuse:
         return SecretMisuse(
-            f"egress refused: {where} carries a secret placeholder; provider {self.provider!r}'s secrets "
-            "are sent only in request headers and the query string, to its own hosts"
+            f"egress refused: {where} carries a secret placeholder; the secrets of provider "
+            f"{self.provider!r} are sent only in request headers and the query string, to its own hosts"
         )
 
     def redact(self, text: str) -> str:

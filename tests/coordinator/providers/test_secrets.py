@@ -201,7 +201,7 @@ def test_placeholder_to_another_host_or_redirected_elsewhere_is_refused(harness:
         return messages, [r.path for r in received(server, since)]
 
     messages, paths = harness.run(refusals)
-    assert "not one of provider 'p'" in messages[0] and "own hosts" in messages[0]
+    assert "is not one of the own hosts of provider 'p'" in messages[0]
     assert "redirect to another origin" in messages[1]
     assert paths == ["/redirect"]  # the redirect itself was asked of the provider's host; nothing else
     assert all(KEY not in m for m in messages)
