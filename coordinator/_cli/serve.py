@@ -1,20 +1,13 @@
-"""``rhaipool serve --config FILE`` and ``rhaipool status [--json] [--server URL]``."""
+"""``rhaipool serve --config FILE`` (``rhaipool status`` is ``coordinator._cli.status``)."""
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
-from coordinator._cli.output import emit_error
-
-__all__ = ["COMMANDS", "serve_command", "status_command"]
-
-DEFAULT_SERVER = "http://127.0.0.1:8765"
+__all__ = ["COMMANDS", "serve_command"]
 
 
 @click.command("serve")
@@ -45,47 +38,4 @@ def serve_command(config_path: Path, log_json: bool) -> None:
     asyncio.run(serve(config))
 
 
-def _mb(value: int) -> str:
-    return f"{value / (1 << 20):.1f} MB"
-
-
-def status_text(doc: dict[str, Any]) -> str:
-    """The status document for a person."""
-    lines = [
-        f"uptime {doc['uptime_secs']:.0f} s{'  DRAINING' if doc['draining'] else ''}",
-        (
-            f"queue: {doc['queue']['queued']} queued, {doc['queue']['inflight']} at workers, "
-            f"{doc['queue']['http_inflight']} HTTP calls in flight"
-        ),
-        f"workers ({len(doc['workers'])}):",
-    ]
-    for w in doc["workers"]:
-        lines.append(
-            f"  {w['id']:<6} pid {w['pid']:<8} {w['state']:<9} {_mb(w['memory_bytes']):>9} "
-            f"{w['calls']:>7} calls  sandbox: {', '.join(w['sandbox']) or '-'}"
-        )
-    lines.append(
-        "tenants: " + (", ".join(f"{t['id']} ({t['regions']} regions)" for t in doc["tenants"]) or "-")
-    )
-    return "\n".join(lines)
-
-
-@click.command("status")
-@click.option(
-    "--server", "server", default=None, help=f"Service URL (default $RHAIPOOL_SERVER or {DEFAULT_SERVER})."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON.")
-def status_command(server: str | None, as_json: bool) -> None:
-    """Workers (pid, state, memory, calls, sandbox layers), queues and tenants of a running service."""
-    from coordinator.client import Client, ServiceError, token_from_env
-
-    url = server or os.environ.get("RHAIPOOL_SERVER", DEFAULT_SERVER)
-    try:
-        with Client(url, token_from_env(admin=True)) as client:
-            doc = client.status()
-    except ServiceError as exc:
-        sys.exit(emit_error(exc.message, as_json, 1, "ServiceError"))
-    click.echo(json.dumps(doc, ensure_ascii=False) if as_json else status_text(doc))
-
-
-COMMANDS = (serve_command, status_command)
+COMMANDS = (serve_command,)

@@ -83,7 +83,7 @@ class TenantLimits:
     """Wall-clock bound of one provider call; at most ``[serve] provider_call_secs``."""
     max_regions: int = 1000
     """Regions open at once."""
-    max_region_budget: int = 1_000_000
+    max_region_budget: int = 10_000_000
     """Largest token budget of one region."""
     max_entry_bytes: int = 64 * _MIB
     """Bytes of entry content the tenant's regions hold in all (memory and database)."""

@@ -11,10 +11,12 @@ worker, reach a node, call a model provider, or simply to accept the next health
 - **caps**: at most ``max_connections_per_address`` connections from one client address (an IPv6 client
   is its /64), and at most ``max_connections`` in all (by default the descriptor limit less the
   reserve and less what the service held when it started). At the total cap, or when the descriptor the
-  new connection got is within ``fd_reserve`` of the limit, the oldest connection that holds no request
-  (silent, still sending its head, or idle between requests) is closed to make room; if every
-  connection holds a request, the new one is answered ``503`` with ``Retry-After`` and closed. A
-  connection over its address's cap is refused the same way. Nothing is ever left queued.
+  new connection got is within ``fd_reserve`` of the limit, a connection that holds no request (silent,
+  still sending its head, or idle between requests) is closed to make room, the oldest of the address
+  holding the most; if every connection holds a request, the new one is answered ``503`` with
+  ``Retry-After`` and closed. A connection over its address's cap is refused the same way. Nothing is
+  ever left queued. Over TLS a connection is counted once its handshake is done; the handshake itself
+  must be done within ``header_timeout_secs``.
 - **accept errors** (the process out of descriptors all the same) are logged once per
   :data:`ACCEPT_ERROR_LOG_SECS`, with how many were seen, not once per attempt.
 
@@ -204,8 +206,12 @@ class ConnectionTable:
         return max(cap, 1)
 
     def _make_room(self) -> bool:
-        """Close the oldest connection that holds no request; whether there was one."""
-        victim = next((conn for conn in self._open if not conn.holds_request), None)
+        """Close a connection that holds no request, from the address that holds the most (the oldest
+        of those): a flood from one client costs that client, not the quiet one beside it."""
+        victim, most = None, 0
+        for conn, key in self._open.items():
+            if not conn.holds_request and (count := self._per_address[key]) > most:
+                victim, most = conn, count
         if victim is None:
             return False
         self.forget(victim)  # now, not when its close completes: the room is taken at once

@@ -96,8 +96,13 @@ class BoundedHttpTools(HttpToolsProtocol):
             self.transport.close()
 
     def expire(self, now: float, elapsed: float) -> None:
-        """Cut the connection if its head, its body or its reply's reading is late."""
+        """Cut the connection if its head or its body is late, or its client stopped reading our reply."""
         transport, limits = self.transport, self.table.limits  # type: ignore[union-attr]
+        self._stalled = self._stalled + elapsed if self.flow.write_paused else 0.0
+        if self._stalled > limits.body_timeout_secs:  # even once closing: a close waits for the reply
+            self._end_request(None)
+            transport.abort()
+            return
         if transport.is_closing():
             return
         if self.flow.read_paused:  # the service's own doing (a pipelined request waits): not counted
@@ -107,25 +112,22 @@ class BoundedHttpTools(HttpToolsProtocol):
                 late = f"request head not received within {limits.header_timeout_secs:g} s"
                 transport.write(_answer(b"408 Request Timeout", late))
             transport.close()
-            return
         elif self.phase == "body" and now - self.since > limits.body_timeout_secs:
-            self._cut_body(f"request body not received within {limits.body_timeout_secs:g} s")
-            return
-        self._stalled = self._stalled + elapsed if self.flow.write_paused else 0.0
-        if self._stalled > limits.body_timeout_secs:
-            self._cut_body(None)
+            self._end_request(f"request body not received within {limits.body_timeout_secs:g} s")
+            transport.close()
 
-    def _cut_body(self, late: str | None) -> None:
-        """End the request being received (its handler sees a disconnect), answering ``late`` if any."""
+    def _end_request(self, late: str | None) -> None:
+        """End the request being received or answered (its handler sees a disconnect), answering
+        ``late`` if it was not answered yet."""
         cycle = self.cycle
-        if cycle is not None:
-            answer = late is not None and not cycle.response_started
-            cycle.disconnected = True  # the handler's reply, if it comes, is dropped
-            cycle.message_event.set()
-            if answer:
-                assert late is not None
-                self.transport.write(_answer(b"408 Request Timeout", late))
-        self.transport.close()
+        if cycle is None:
+            return
+        answer = late is not None and not cycle.response_started
+        cycle.disconnected = True  # the handler's reply, if it comes, is dropped
+        cycle.message_event.set()
+        if answer:
+            assert late is not None
+            self.transport.write(_answer(b"408 Request Timeout", late))
 
     # -- where the connection is ----------------------------------------------------------------
 

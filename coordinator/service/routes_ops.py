@@ -14,16 +14,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from coordinator.service.auth import ADMIN, METRICS
-from coordinator.service.config import TENANT_ID, ServiceConfigError, check_sha256
+from coordinator.service.config import TENANT_ID
 from coordinator.service.http import (
     HTTPError,
-    json_body,
+    parse_body,
     reply,
     require_admin,
     require_any,
     service_of,
 )
 from coordinator.service.metrics import CONTENT_TYPE
+from coordinator.service.schemas import TenantToken
 
 __all__ = ["ROUTES", "status_document"]
 
@@ -140,15 +141,8 @@ async def admin_put_tenant(request: Request) -> Response:
     tenant = request.path_params["tenant"]
     if not TENANT_ID.match(tenant):
         raise HTTPError(400, f"Invalid tenant id '{tenant}': letters, digits, '.', '_' and '-' only")
-    body = await json_body(request)
-    unknown = sorted(set(body) - {"token_sha256"})
-    if unknown:
-        raise HTTPError(400, f"unknown field '{unknown[0]}' (expected token_sha256)")
-    try:
-        sha = check_sha256(body.get("token_sha256"), "token_sha256")
-    except ServiceConfigError as exc:
-        raise HTTPError(400, str(exc)) from None
-    fresh = await service_of(request).put_tenant(tenant, sha)
+    body = await parse_body(request, TenantToken)
+    fresh = await service_of(request).put_tenant(tenant, body.token_sha256.lower())
     return reply({"tenant": tenant}, 201 if fresh else 200)
 
 

@@ -4,8 +4,11 @@ A table a tenant sets over ``PUT /api/providers/{name}/config`` may carry secret
 ``api_key``, its ``env`` entries). The database holds it sealed with Fernet (AES-128-CBC and
 HMAC-SHA256, from the ``cryptography`` package) under the key in ``[serve] secrets_key_file`` or, when
 that is not set, the ``RHAIPOOL_SECRETS_KEY`` environment variable; a copy of the database file alone
-reveals nothing. Without a key, a table holding a secret value is refused (nothing is stored in clear),
-and a table without one is stored as it is.
+reveals nothing. The file may hold several keys, one per line: the first seals, every one opens
+(``MultiFernet``). To rotate, put the new key first and restart: every stored table is sealed again
+with it at start-up (:meth:`Sealer.reseal`), after which the old key can go. Without a key, a table
+holding a secret value is refused (nothing is stored in clear), and a table without one is stored as
+it is.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from coordinator.service.errors import ServiceConfigError
 
@@ -33,8 +36,9 @@ class SecretsUnavailable(ServiceConfigError):
 class Sealer:
     """Seals and opens provider tables with one key (or refuses to hold secrets without one)."""
 
-    def __init__(self, key: bytes | None) -> None:
-        self._fernet = None if key is None else Fernet(key)
+    def __init__(self, keys: list[bytes] | None) -> None:
+        self._keys = len(keys or ())
+        self._fernet = None if not keys else MultiFernet([Fernet(k) for k in keys])
 
     @classmethod
     def from_key_file(cls, path: Path | None) -> Sealer:
@@ -46,10 +50,10 @@ class Sealer:
         if not text:
             return cls(None)
         try:
-            return cls(text.encode())
+            return cls([line.strip().encode() for line in text.splitlines() if line.strip()])
         except ValueError:
             raise ServiceConfigError(
-                "[serve] secrets_key_file must hold a Fernet key (32 url-safe base64 bytes: "
+                "[serve] secrets_key_file must hold Fernet keys, one per line (32 url-safe base64 bytes: "
                 "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())')"
             ) from None
 
@@ -69,6 +73,16 @@ class Sealer:
                 "table with secret values cannot be stored"
             )
         return _PLAIN + text
+
+    def reseal(self, sealed: str) -> str | None:
+        """``sealed`` sealed again with the first key, or None when it needs nothing (one key, or plain)."""
+        if self._fernet is None or not sealed.startswith(_SEALED) or self._keys < 2:
+            return None
+        try:
+            token = self._fernet.rotate(sealed[len(_SEALED) :].encode())
+        except InvalidToken:
+            raise SecretsUnavailable("a sealed provider table opens with none of these keys") from None
+        return _SEALED + token.decode("ascii")
 
     def open(self, sealed: str) -> dict[str, Any]:
         """The table back; :class:`SecretsUnavailable` when it cannot be opened with this key."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -82,8 +83,10 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        AcceptErrorLog(self.table).install(asyncio.get_running_loop())
-        await super().startup(sockets)
+        loop = asyncio.get_running_loop()
+        AcceptErrorLog(self.table).install(loop)
+        with _handshake_timeout(loop, self.table.limits.header_timeout_secs if self.config.ssl else None):
+            await super().startup(sockets)
         for server in getattr(self, "servers", []):
             for listener in server.sockets:
                 _enlarge_backlog(listener)
@@ -110,6 +113,21 @@ def _tune_gc() -> None:
     """
     gc.freeze()
     gc.set_threshold(10_000, 20, 10)
+
+
+@contextlib.contextmanager
+def _handshake_timeout(loop: asyncio.AbstractEventLoop, secs: float | None) -> Generator[None, None, None]:
+    """uvicorn's ``create_server`` calls with a TLS handshake bound (asyncio's default is 60 s: a silent
+    TLS client would hold its descriptor that long, before the protocol can count it)."""
+    if secs is None:
+        yield
+        return
+    create = loop.create_server
+    loop.create_server = functools.partial(create, ssl_handshake_timeout=secs)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del loop.create_server  # the class's method again
 
 
 def _enlarge_backlog(listener: Any) -> None:

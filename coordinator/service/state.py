@@ -111,7 +111,7 @@ class Service:
         self.validator = Validator(self.pool)
         for tenant, kind, name, stamp in self.storage.script_stamps():
             self._scripts.setdefault(tenant, {})[(kind, name)] = stamp
-        self._load_tables()
+        await self._load_tables()
         self._apply_limits()
         self.regions = RegionBook(self.pool, self.storage, self._region_source, self.limits)
         for problem in await self.regions.restore():
@@ -322,10 +322,15 @@ class Service:
 
     # -- providers -------------------------------------------------------------------------------
 
-    def _load_tables(self) -> None:
-        """Tenants' own provider tables from the database; one that cannot be opened is set aside."""
+    async def _load_tables(self) -> None:
+        """Tenants' own provider tables from the database (sealed again under the first key when the
+        key file holds several); one that cannot be opened is set aside."""
         for tenant, name, sealed in self.storage.provider_tables():
             try:
+                resealed = self.sealer.reseal(sealed)
+                if resealed is not None:
+                    await self.storage.put_provider_table(tenant, name, resealed)
+                    sealed = resealed
                 raw = self.sealer.open(sealed)
                 table = parse_provider_table(
                     name, raw, base_dir=self.config.database.parent, tenant_owned=True
@@ -452,4 +457,3 @@ def _pool_quotas(limits: TenantLimits) -> TenantQuotas:
 
 def _egress_quotas(limits: TenantLimits) -> EgressQuota:
     return EgressQuota(max_inflight=limits.egress_max_inflight, max_bytes=limits.egress_max_bytes)
-

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from coordinator.service.errors import StorageFailed
+from coordinator.service.errors import ServiceConfigError, StorageFailed
 
 __all__ = ["MIGRATIONS", "RegionRow", "ScriptRow", "ScriptStamp", "Storage", "StorageFailed", "TenantRow"]
 
@@ -164,6 +164,11 @@ class Storage:
         """Apply the migrations this file has not seen, each in its own transaction; the new version."""
         with self._lock:
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            if version > len(MIGRATIONS):
+                raise ServiceConfigError(
+                    f"database {self.path} is at schema version {version}, newer than this release's "
+                    f"{len(MIGRATIONS)}: run the release that wrote it, or restore a backup taken before"
+                )
             for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
                 self._db.execute("BEGIN IMMEDIATE")
                 for statement in statements:

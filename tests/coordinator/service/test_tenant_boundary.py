@@ -9,7 +9,6 @@ tenant's ``/api/status`` shows only its own tenant.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -227,29 +226,50 @@ def test_the_database_is_private_whatever_the_umask(boundary: ServiceProcess) ->
             assert os.stat(path).st_mode & 0o777 == 0o600, path
 
 
-def test_the_secrets_key_seals_tenant_tables(tmp_path: Path, upstream: StandinServer) -> None:
+def test_the_secrets_key_seals_tenant_tables_and_rotates(tmp_path: Path, upstream: StandinServer) -> None:
     from cryptography.fernet import Fernet
 
     key = tmp_path / "secrets.key"
-    key.write_text(Fernet.generate_key().decode())
+    old_key, new_key = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    key.write_text(old_key)
     port = free_port()
     config = write_config(tmp_path, port=port, extra=f'secrets_key_file = "{key}"')
-    service = ServiceProcess.start(config, port)
     own = "tenant-own-key-77aa"
+    url = f"http://127.0.0.1:{port}/api/providers/mine/config"
+    auth = {"Authorization": f"Bearer {TOKENS['acme']}"}
+    service = ServiceProcess.start(config, port)
     try:
-        table = {"api_key": own, "base_url": upstream.base_url}
-        answer = httpx.put(
-            f"{service.url}/api/providers/mine/config",
-            json=table,
-            headers={"Authorization": f"Bearer {TOKENS['acme']}"},
-        )
+        answer = httpx.put(url, json={"api_key": own, "base_url": upstream.base_url}, headers=auth)
         assert answer.status_code == 200, answer.text
         assert own not in answer.text
-        got = httpx.get(
-            f"{service.url}/api/providers/mine/config", headers={"Authorization": f"Bearer {TOKENS['acme']}"}
-        )
+        got = httpx.get(url, headers=auth)
         assert own not in got.text and "********" in got.text
         assert own.encode() not in _db_bytes(service)
-        assert hashlib.sha256(own.encode()).hexdigest().encode() not in _db_bytes(service)
     finally:
         assert service.stop() == 0
+    for keys in (f"{new_key}\n{old_key}\n", f"{new_key}\n"):  # new key first, then the old one gone
+        key.write_text(keys)
+        service = ServiceProcess.start(config, port)
+        try:
+            got = httpx.get(url, headers=auth)
+            assert got.status_code == 200 and got.json()["base_url"] == upstream.base_url, got.text
+            assert "set aside" not in service.log()
+        finally:
+            assert service.stop() == 0
+
+
+def test_without_a_secrets_key_a_secret_table_is_refused(
+    boundary: ServiceProcess, upstream: StandinServer
+) -> None:
+    url = f"{boundary.url}/api/providers/mine/config"
+    auth = {"Authorization": f"Bearer {TOKENS['acme']}"}
+    refused = httpx.put(url, json={"api_key": "k", "base_url": upstream.base_url}, headers=auth)
+    assert refused.status_code == 409 and "secrets_key_file" in refused.text
+    plain = httpx.put(url, json={"base_url": upstream.base_url}, headers=auth)
+    assert plain.status_code == 200, plain.text
+    granted = httpx.put(
+        f"{boundary.url}/api/providers/groq/config", json={"base_url": upstream.base_url}, headers=auth
+    )
+    assert granted.status_code == 409
+    operator_only = httpx.put(url, json={"egress_allow": ["10.0.0.0/8"]}, headers=auth)
+    assert operator_only.status_code in (400, 422) and "egress_allow" in operator_only.text
