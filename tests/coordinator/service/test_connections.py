@@ -220,6 +220,67 @@ def test_a_connection_in_use_outlives_every_timeout(timeouts: ServiceProcess) ->
             time.sleep(0.5)
 
 
+def test_a_reply_the_client_does_not_read_is_cut_after_the_body_timeout(timeouts: ServiceProcess) -> None:
+    """Without it a client that stops reading holds its connection for ever (a close waits for the
+    reply to be sent). Twelve pipelined 600 KiB replies: more than the kernel's buffers (4 MiB) hold."""
+    script = "// " + "x" * (600 << 10) + "\nfn render(ctx) { 1 }"
+    with timeouts.client("acme") as c:
+        c.put_script("region_hook", "large", script)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.bind(("127.0.0.2", 0))
+    sock.connect(("127.0.0.1", timeouts.port))
+    port = sock.getsockname()[1]
+    service = psutil.Process(timeouts.process.pid)
+
+    def held() -> bool:
+        return any(c.raddr and c.raddr.port == port for c in service.net_connections("tcp"))
+
+    with sock:
+        request = (
+            b"GET /api/scripts/region_hook/large HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n"
+        )
+        sock.sendall(request % TOKENS["acme"].encode() * 12)
+        time.sleep(1.0)
+        assert held()  # not before the timeout
+        assert wait_until(lambda: not held(), 20), "a reply nobody reads held its connection"
+        received = 0
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                received += len(chunk)
+    assert received < 12 * len(script)
+
+
+def test_a_silent_tls_client_is_closed_after_the_header_timeout(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    port = free_port()
+    extra = f'tls_cert = "{cert}"\ntls_key = "{key}"\nheader_timeout_secs = 1.5'
+    config = write_config(tmp_path, port=port, extra=extra, workers=1)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "serve", "--config", str(config)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+    )  # fmt: skip
+    service = ServiceProcess(config, port, process)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.1)
+        with connect(service) as silent:  # no ClientHello: the handshake never starts
+            begun = time.monotonic()
+            result = ended(silent, 30)
+        assert result is not None, "a silent TLS connection was held past its handshake bound"
+        assert 1.0 <= time.monotonic() - begun < 30
+    finally:
+        assert service.stop() == 0
+
+
 # -- caps ----------------------------------------------------------------------------------------
 
 CAPS = "max_connections = 30\nmax_connections_per_address = 10\nheader_timeout_secs = 120"
