@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import logging
 import math
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -70,19 +71,27 @@ _DATETIME_KEY = "$__toml_private_datetime"
 _I64 = (-(1 << 63), (1 << 63) - 1)
 
 
+#: A URL's password (``scheme://user:PASSWORD@host``): secret whatever key holds the URL.
+_URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:\s]*:)([^/?#@\s]+)(@.*)$", re.DOTALL)
+
+
 def is_secret_key(key: str) -> bool:
-    """Whether a provider table key holds a secret: ``api_key`` or any credential-shaped name."""
+    """Whether a provider table key holds a secret: ``api_key`` or any credential-shaped name (a URL's
+    password is secret under any key too)."""
     return key == "api_key" or is_credential_shaped(key)
 
 
 def _masked(value: Any, secret: bool, mask: Callable[[str], str]) -> Any:
-    """A thawed table value with every string under a secret key (at any depth) passed through ``mask``."""
+    """A thawed table value with every string under a secret key (at any depth), and the password of
+    any URL (``https://user:PASSWORD@host``), passed through ``mask``."""
     if isinstance(value, dict):
         return {k: _masked(v, secret or is_secret_key(k), mask) for k, v in value.items()}
     if isinstance(value, list):
         return [_masked(v, secret, mask) for v in value]
     if isinstance(value, str) and secret:
         return mask(value)
+    if isinstance(value, str) and "@" in value and (found := _URL_PASSWORD.match(value)):
+        return found.group(1) + mask(found.group(2)) + found.group(3)
     return value
 
 

@@ -77,3 +77,11 @@ def test_a_redacted_toml_table_is_valid_json() -> None:
     table = parse_config({"model_providers": {"p": {"t": float("nan"), "u": float("-inf")}}}).table("p")
     assert table is not None
     assert json.loads(json.dumps(redacted_table(table), allow_nan=False)) == {"t": "nan", "u": "-inf"}
+
+
+def test_a_password_in_any_url_is_a_secret() -> None:
+    table = parse({"base_url": "https://user:hunter2@proxy.example/v1", "docs": "see a@b.c"})
+    shown = redacted_table(table)
+    assert shown["base_url"] == "https://user:********@proxy.example/v1" and shown["docs"] == "see a@b.c"
+    masked = table.init_config(lambda value: f"<{len(value)}>")
+    assert masked["base_url"] == "https://user:<7>@proxy.example/v1"

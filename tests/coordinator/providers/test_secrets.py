@@ -298,3 +298,22 @@ def test_a_host_variable_the_operator_allows_is_a_placeholder_in_every_answer(
     assert PLACEHOLDER.fullmatch(first) and first == second  # one placeholder per value and load
     assert ENV_KEY not in content and first in echoed
     assert sent == [ENV_KEY]
+
+
+def test_a_password_in_the_base_url_reaches_neither_the_script_nor_another_request(harness: Harness) -> None:
+    """``https://user:PASSWORD@host``: the script's base_url carries a placeholder for the password, and
+    a request built on it is refused (a placeholder in the URL's authority), so nothing is sent."""
+    with_password = harness.server.url.replace("http://", "http://user:pw-secret-77@")
+    tenant_harness(harness, base_url=with_password).write("p", SENDER)
+    server = harness.server
+
+    async def body(rt: ProviderRuntime) -> tuple[Any, str, int]:
+        state = (await rt.get("p", tenant="acme")).state
+        since = len(server.requests)
+        with pytest.raises(ProviderError) as info:
+            await rt.inference("p", ask(f"header {state['url']}/echo"), tenant="acme")
+        return state, info.value.message, len(received(server, since))
+
+    state, message, sent = harness.run(body)
+    assert "pw-secret-77" not in repr(state) and state["url"].startswith("http://user:" + PLACEHOLDER_PREFIX)
+    assert sent == 0 and "URL (outside its query string)" in message
