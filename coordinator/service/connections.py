@@ -41,8 +41,10 @@ from coordinator.service.errors import ServiceConfigError
 
 __all__ = [
     "ACCEPT_ERROR_LOG_SECS",
+    "AcceptErrorLog",
     "ConnectionLimits",
     "ConnectionTable",
+    "ServiceConfigError",
     "parse_connection_limits",
 ]
 

@@ -2,6 +2,7 @@
 
     RhaipoolError (proto.errors)
     ├── ServiceConfigError     the service config file cannot be used (also a ``ValueError``)
+    │   └── SecretsUnavailable a sealed provider table cannot be opened, or a secret cannot be sealed
     ├── HTTPError              a route answers with this JSON error instead of its result
     │   ├── StorageFailed      a change could not be committed (507 disk full, 503 otherwise); nothing changed
     │   └── LimitReached       a tenant's service quota refused the request (429, or 413 for a size)
@@ -18,11 +19,23 @@ from starlette.responses import JSONResponse, Response
 
 from proto.errors import RhaipoolError
 
-__all__ = ["HTTPError", "LimitReached", "RegionExists", "ServiceConfigError", "StorageFailed"]
+__all__ = [
+    "HTTPError",
+    "LimitReached",
+    "RegionExists",
+    "SecretsUnavailable",
+    "ServiceConfigError",
+    "StorageFailed",
+]
 
 
 class ServiceConfigError(RhaipoolError, ValueError):
     """The config file cannot be used; the message is one line naming the key."""
+
+
+class SecretsUnavailable(ServiceConfigError):
+    """A sealed table cannot be opened (no key, or none of the keys that sealed it), or a table with
+    secret values cannot be stored because no key is configured."""
 
 
 class HTTPError(RhaipoolError):

@@ -26,7 +26,7 @@ from coordinator.service.http import (
     require_tenant,
     service_of,
 )
-from coordinator.service.names import check_name
+from coordinator.service.names import check_name, shown
 from coordinator.service.schemas import ScriptPut, ScriptValidate
 from coordinator.service.storage import ScriptRow
 from coordinator.service.validation import KIND_LIST, KINDS
@@ -37,7 +37,7 @@ __all__ = ["ROUTES", "check_kind"]
 def check_kind(kind: str) -> str:
     """The kind, or 400 naming the supported ones."""
     if kind not in KINDS:
-        raise HTTPError(400, f"Unknown script kind '{kind}': expected {KIND_LIST}")
+        raise HTTPError(400, f"Unknown script kind '{shown(kind)}': expected {KIND_LIST}")
     return kind
 
 

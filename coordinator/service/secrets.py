@@ -20,17 +20,13 @@ from typing import Any, Final
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from coordinator.service.errors import ServiceConfigError
+from coordinator.service.errors import SecretsUnavailable, ServiceConfigError
 
 __all__ = ["KEY_ENV", "Sealer", "SecretsUnavailable"]
 
 KEY_ENV: Final = "RHAIPOOL_SECRETS_KEY"
 _SEALED: Final = "fernet:"
 _PLAIN: Final = "plain:"
-
-
-class SecretsUnavailable(ServiceConfigError):
-    """A sealed table cannot be opened (no key, or another key than the one that sealed it)."""
 
 
 class Sealer:

@@ -9,6 +9,7 @@ tenant's ``/api/status`` shows only its own tenant.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,7 +49,8 @@ def _config(folder: Path, port: int, standin: str, *, extra_tenant: str = "") ->
     # acme is granted the operator's groq table; globex is not
     text = text.replace(
         f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\nproviders = ["groq"]',
-        f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\nmax_regions = 2\n{extra_tenant}',
+        f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\n'
+        f"max_regions = 2\nmax_connections = 2\n{extra_tenant}",
     )
     path.write_text(text)
     return path
@@ -273,3 +275,54 @@ def test_without_a_secrets_key_a_secret_table_is_refused(
     assert granted.status_code == 409
     operator_only = httpx.put(url, json={"egress_allow": ["10.0.0.0/8"]}, headers=auth)
     assert operator_only.status_code in (400, 422) and "egress_allow" in operator_only.text
+
+
+SLOW = 'fn render(ctx) { sleep(1.5); "slow" }'
+
+
+def _render(url: str, token: str, region: str) -> httpx.Response:
+    return httpx.post(
+        f"{url}/api/regions/{region}/render",
+        json={},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+
+
+def test_a_tenant_over_its_connections_is_answered_429_and_others_are_not(boundary: ServiceProcess) -> None:
+    import concurrent.futures
+
+    with boundary.client("globex") as c:
+        c.put_script("region_hook", "slow", SLOW)
+        with contextlib.suppress(ServiceError):
+            c.delete_region("a")
+        c.create_region("a", script="slow", budget=10)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: _render(boundary.url, TOKENS["globex"], "a"), range(4)))
+        with boundary.client("acme") as c:
+            c.list_regions()  # another tenant is served meanwhile
+    codes = sorted(a.status_code for a in answers)
+    assert codes.count(200) >= 1 and 429 in codes, codes
+    refused = next(a for a in answers if a.status_code == 429)
+    assert "max_connections" in refused.text and refused.headers["retry-after"]
+
+
+def test_a_revoked_tenant_calls_in_flight_stop_within_a_second(boundary: ServiceProcess) -> None:
+    import concurrent.futures
+
+    token = "hooli-token"
+    with boundary.client(None, token=ADMIN) as admin:
+        admin.put_tenant("hooli", sha(token))
+        with boundary.client(None, token=token) as t:
+            t.put_script("region_hook", "slow", SLOW.replace("1.5", "5.0"))
+            t.create_region("r", script="slow", budget=10)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(_render, boundary.url, token, "r")
+            time.sleep(0.5)
+            begun = time.monotonic()
+            admin.delete_tenant("hooli")
+            answer = running.result()
+            took = time.monotonic() - begun
+        assert answer.status_code == 401, answer.text
+        assert took < 1.5, took
+        admin.delete_tenant("hooli", purge=True)
