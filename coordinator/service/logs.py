@@ -45,7 +45,11 @@ MAX_MESSAGE_CHARS: Final = 4096
 """A whole message, quotes included."""
 MAX_TRACEBACK_CHARS: Final = 16384
 
-_STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+_STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's terminal copy of its message
+}
 _SHORT: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _PLAIN: Final = (int, float, type(None))
 _MAX_ITEMS: Final = 100

@@ -30,14 +30,11 @@ Phase = Literal["head", "body", "done"]
 
 
 def _answer(status: bytes, error: str, retry_after: bool = False) -> bytes:
+    """A whole response written by the protocol itself (no handler runs), ending the connection."""
     body = json.dumps({"error": error}).encode()
+    head = b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % len(body)
     retry = b"retry-after: 1\r\n" if retry_after else b""
-    head = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s" % (
-        status,
-        len(body),
-        retry,
-    )
-    return head + b"connection: close\r\n\r\n" + body
+    return head + retry + b"connection: close\r\n\r\n" + body
 
 
 class BoundedHttpTools(HttpToolsProtocol):
@@ -122,12 +119,10 @@ class BoundedHttpTools(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is None:
             return
-        answer = late is not None and not cycle.response_started
+        if late is not None and not cycle.response_started:
+            self.transport.write(_answer(b"408 Request Timeout", late))
         cycle.disconnected = True  # the handler's reply, if it comes, is dropped
         cycle.message_event.set()
-        if answer:
-            assert late is not None
-            self.transport.write(_answer(b"408 Request Timeout", late))
 
     # -- where the connection is ----------------------------------------------------------------
 

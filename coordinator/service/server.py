@@ -158,7 +158,7 @@ def _uvicorn_config(app: Any, config: ServeConfig, table: ConnectionTable) -> uv
         log_config=None,  # uvicorn's records go through the service's formatters (logs.py)
         loop="asyncio",  # the loop is the caller's (asyncio.run); uvloop measured no better
         access_log=False,
-        proxy_headers=False,  # nothing reads the client's address; the X-Forwarded-* rewrite cost every call
+        proxy_headers=False,  # the X-Forwarded-* rewrite cost every call; the address caps count peers
         log_level="warning",
         ssl_certfile=str(config.tls_cert) if config.tls_cert else None,
         ssl_keyfile=str(config.tls_key) if config.tls_key else None,

@@ -22,6 +22,8 @@ import psutil
 import pytest
 from service_support import TOKENS, ServiceProcess, free_port, write_config
 
+from coordinator.service.connections import ConnectionLimits, ServiceConfigError, parse_connection_limits
+
 HEALTH = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 SLOW_BODY = (
     b"POST /api/scripts/validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -145,6 +147,43 @@ def wait_until(condition: Callable[[], bool], within: float) -> bool:
             return True
         time.sleep(0.1)
     return condition()
+
+
+# -- the [serve] keys ------------------------------------------------------------------------------
+
+
+def test_the_keys_and_their_defaults() -> None:
+    assert parse_connection_limits({}) == ConnectionLimits(10.0, 30.0, 30.0, None, 256, 64)
+    given = {
+        "header_timeout_secs": 2,
+        "body_timeout_secs": 5.5,
+        "idle_timeout_secs": 60,
+        "max_connections": 1000,
+        "max_connections_per_address": 16,
+        "fd_reserve": 128,
+        "listen": "127.0.0.1:1",  # the table's other keys are not this parser's business
+    }
+    assert parse_connection_limits(given) == ConnectionLimits(2.0, 5.5, 60.0, 1000, 16, 128)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("header_timeout_secs", 0),
+        ("body_timeout_secs", -1),
+        ("idle_timeout_secs", "30"),
+        ("idle_timeout_secs", True),
+        ("header_timeout_secs", 1e9),
+        ("max_connections", 0),
+        ("max_connections", 1.5),
+        ("max_connections_per_address", 0),
+        ("fd_reserve", -1),
+        ("fd_reserve", False),
+    ],
+)
+def test_a_bad_value_is_refused_naming_its_key(key: str, value: object) -> None:
+    with pytest.raises(ServiceConfigError, match=rf"^\[serve\] {key} must be"):
+        parse_connection_limits({key: value})
 
 
 # -- timeouts ------------------------------------------------------------------------------------
