@@ -9,14 +9,15 @@ worker, reach a node, call a model provider, or simply to accept the next health
   ``body_timeout_secs`` too. A late head or body is answered ``408`` and closed. Time the service itself
   paused reading (pipelined requests waiting their turn) does not count.
 - **caps**: at most ``max_connections_per_address`` connections from one client address (an IPv6 client
-  is its /64; the peer's address, so behind a reverse proxy the proxy's: raise it there), and at most ``max_connections`` in all (by default the descriptor limit less the
-  reserve and less what the service held when it started). At the total cap, or when the descriptor the
-  new connection got is within ``fd_reserve`` of the limit, a connection that holds no request (silent,
-  still sending its head, or idle between requests) is closed to make room, the oldest of the address
-  holding the most; if every connection holds a request, the new one is answered ``503`` with
-  ``Retry-After`` and closed. A connection over its address's cap is refused the same way. Nothing is
-  ever left queued. Over TLS a connection is counted once its handshake is done; the handshake itself
-  must be done within ``header_timeout_secs``.
+  is its /64; it is the peer's address, so behind a reverse proxy the proxy's: raise the cap there),
+  and at most ``max_connections`` in all (by default the descriptor limit less the reserve and less
+  what the service held when it started). At the total cap, or when the descriptor the new connection
+  got is within ``fd_reserve`` of the limit, a connection that holds no request (silent, still sending
+  its head, or idle between requests) is closed to make room, the oldest of the address holding the
+  most; if every connection holds a request, the new one is answered ``503`` with ``Retry-After`` and
+  closed. A connection over its address's cap is refused the same way. Nothing is ever left queued.
+  Over TLS a connection is counted once its handshake is done; the handshake itself must be done
+  within ``header_timeout_secs``.
 - **accept errors** (the process out of descriptors all the same) are logged once per
   :data:`ACCEPT_ERROR_LOG_SECS`, with how many were seen, not once per attempt.
 
