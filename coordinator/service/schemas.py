@@ -610,6 +610,8 @@ class Endpoint:
     fails: tuple[int, ...]
     error: Any = ErrorReply
     content_type: str = "application/json"
+    also_ok: tuple[int, ...] = ()
+    """Other success statuses answering the same schema (201 for a tenant the PUT created)."""
 
 
 _T: Final = "tenant"
@@ -725,7 +727,7 @@ API: Final[tuple[Endpoint, ...]] = (
     Endpoint("GET", "/api/admin/tenants", "Every tenant", _A, None, (200, TenantList, "the tenants"), (401,)),
     Endpoint(
         "PUT", "/api/admin/tenants/{tenant}", "Add an API tenant (201) or rotate its token (200)", _A,
-        TenantToken, (200, TenantSaved, "saved"), (400, 401, 409, 413, 507),
+        TenantToken, (200, TenantSaved, "saved"), (400, 401, 409, 413, 507), also_ok=(201,),
     ),
     Endpoint(
         "DELETE", "/api/admin/tenants/{tenant}", "Revoke a tenant (?purge=true: remove its data too)", _A,
@@ -773,11 +775,13 @@ def openapi_document() -> dict[str, Any]:
                 "content": _content(found[(id(endpoint.body), "validation")], "application/json"),
             }
         status, schema, description = endpoint.ok
-        replies: dict[str, Any] = {str(status): {"description": description}}
-        if schema is not None:
-            replies[str(status)]["content"] = _content(
-                found[(id(schema), "serialization")], endpoint.content_type
-            )
+        replies: dict[str, Any] = {}
+        for ok in (status, *endpoint.also_ok):
+            replies[str(ok)] = {"description": description}
+            if schema is not None:
+                replies[str(ok)]["content"] = _content(
+                    found[(id(schema), "serialization")], endpoint.content_type
+                )
         for status in sorted(endpoint.fails):
             error = found[(id(endpoint.error), "serialization")]
             replies[str(status)] = {
