@@ -123,7 +123,7 @@ impl Script {
     ) -> PyResult<T> {
         let size = stack::size_for_operations(self.engine.max_operations());
         stack::try_run_on_big_stack(size, |room| {
-            let max_operations = stack::operations_for_room(room);
+            let max_operations = stack::operations_for_room(room, size);
             self.run_here(
                 py,
                 fn_name,

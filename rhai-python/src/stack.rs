@@ -51,8 +51,12 @@ static MAPPED: AtomicUsize = AtomicUsize::new(0);
 /// the script (arguments, results, host functions) and the signal handlers that may run on it.
 const RESERVE: usize = 512 << 10;
 
-/// The operation budget a call can run with on `room` bytes of stack.
-pub fn operations_for_room(room: usize) -> u64 {
+/// The operation budget a call that asked for a `size`-byte stack can run with on `room` bytes:
+/// unbounded (its engine's) on the stack it asked for, else what `room` holds.
+pub fn operations_for_room(room: usize, size: usize) -> u64 {
+    if room.saturating_add(RESERVE) >= size {
+        return u64::MAX;
+    }
     u64::try_from(room.saturating_sub(RESERVE) / BYTES_PER_OPERATION).unwrap_or(u64::MAX)
 }
 

@@ -140,3 +140,43 @@ def test_argument_size_check_can_be_left_to_the_script() -> None:
         engine.compile("fn f(m) { m.keys().len() }").call("f", big)
     with pytest.raises(rhai.DataTooLarge):
         script.call("g", big)
+
+
+QUADRATIC = "fn deep(n) { let v = []; for i in 0..n { v = [v]; } 0 }"
+"""Each level copies and size-checks the whole value: quadratic CPU in linear operations."""
+
+
+def test_cpu_beyond_max_cpu_seconds_is_too_many_operations() -> None:
+    """One operation may copy a whole value: the CPU a call spends is bounded, not only its count of
+    operations (here 30 000 of a 500 000 budget would take seconds)."""
+    script = rhai.Engine(max_operations=500_000, max_array_size=50_000, max_cpu_seconds=0.05).compile(
+        QUADRATIC
+    )
+    started = time.thread_time()
+    with pytest.raises(rhai.TooManyOperations):
+        script.call("deep", 10_000, timeout=60)
+    assert time.thread_time() - started < 0.05 + 0.1  # looked at every operation once they are slow
+    # the same engine runs a cheap call of as many operations well within it
+    assert rhai.Engine(max_cpu_seconds=0.05).compile(
+        "fn f() { let x = 0; for i in 0..5000 { x += i; } x }"
+    ).call("f") == sum(range(5000))
+
+
+def test_the_default_cpu_bound_follows_the_operation_budget() -> None:
+    """2 us of CPU per operation of the budget: a small budget also bounds what its copies cost."""
+    script = rhai.Engine(max_operations=20_000, max_array_size=50_000).compile(QUADRATIC)
+    started = time.thread_time()
+    with pytest.raises(rhai.TooManyOperations):
+        script.call("deep", 6_000, timeout=60)  # 18 000 operations: within the count, not the CPU
+    assert time.thread_time() - started < 0.04 + 0.1
+
+
+def test_waiting_costs_no_cpu() -> None:
+    script = rhai.Engine(max_cpu_seconds=0.01).compile("fn f() { sleep(0.2); 1 }")
+    assert script.call("f", timeout=5) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
+def test_max_cpu_seconds_must_be_a_positive_number(bad: float) -> None:
+    with pytest.raises(ValueError, match="max_cpu_seconds"):
+        rhai.Engine(max_cpu_seconds=bad)

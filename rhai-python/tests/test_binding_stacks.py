@@ -57,7 +57,8 @@ RUNNER = textwrap.dedent(
                 return [start, end - start]
         raise AssertionError("stack pointer in no mapping")
 
-    engine = rhai.Engine(max_operations=%(operations)d, max_array_size=50_000)
+    # a deep call builds its array by copying (quadratic CPU): the stacks, not the CPU, are under test
+    engine = rhai.Engine(max_operations=%(operations)d, max_array_size=50_000, max_cpu_seconds=60)
     seen = []
     gate = threading.Barrier(int(sys.argv[2]), timeout=60)
     def here():
@@ -148,3 +149,55 @@ def test_idle_stacks_give_a_deep_calls_pages_back() -> None:
     # Freeing a 3 000-level array touched several hundred KiB of each stack; kept idle, a stack
     # holds only its top, but for the two that may keep what a short call touched.
     assert sum(1 for _, _, rss in after_deep if rss > KEEP_HOT_KIB + 8) <= 2, after_deep
+
+
+HELD_RUNNER = textwrap.dedent(
+    """
+    import resource, sys, threading
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # a share of 256 MiB: 4 full stacks
+    import rhai
+
+    engine = rhai.Engine(max_operations=500_000, max_array_size=50_000, max_cpu_seconds=60)
+    release, held = threading.Event(), threading.Semaphore(0)
+    def wait():
+        held.release()
+        release.wait(60)
+        return 0
+    engine.register_fn("wait", wait)
+    script = engine.compile(
+        "fn hold() { wait() }\\n"
+        "fn chain() { let f = || 0; for i in 0..90000 { let g = f; f = || g.call() + 1; } 0 }"
+    )
+    threading.stack_size(2 << 20)  # a worker's script threads
+    holders = [threading.Thread(target=script.call, args=("hold",)) for _ in range(16)]
+    for t in holders:
+        t.start()
+    for _ in holders:
+        assert held.acquire(timeout=60)
+    outcome = []
+    def attack():
+        try:
+            outcome.append(script.call("chain", timeout=60))
+        except rhai.RhaiError as exc:
+            outcome.append(type(exc).__name__)
+    attacker = threading.Thread(target=attack)
+    attacker.start()
+    attacker.join()
+    release.set()
+    for t in holders:
+        t.join()
+    print(outcome[0])
+    """
+)
+
+
+@pytest.mark.timeout(150)
+def test_a_call_on_the_floor_stack_gets_the_budget_that_stack_holds() -> None:
+    """16 calls hold full stacks past the share: the 17th gets the floor, and an operation budget the
+    floor can free (a closure chain its engine's budget allows would overflow it: SIGSEGV)."""
+    env = dict(os.environ, MALLOC_ARENA_MAX="2", MIMALLOC_ARENA_RESERVE="64MiB")
+    proc = subprocess.run(
+        [sys.executable, "-c", HELD_RUNNER], capture_output=True, text=True, timeout=120, check=False, env=env
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.strip() == "TooManyOperations"
