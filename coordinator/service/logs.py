@@ -11,6 +11,9 @@ logger that reaches the root handler (the service's, the library's, uvicorn's an
   written as an escape (``\\n``, ``\\u001b``), so one record is one line of text whatever it quotes;
 - a traceback keeps its lines, but the exception messages in it are escaped and capped the same way.
 
+And a message any client can cause once per request (uvicorn's "Invalid HTTP request received.") is let
+through once per interval by :class:`Throttle`, with the count of those held back.
+
 With ``--log-json`` each record is one JSON object per line carrying the fields a caller passed in
 ``extra`` (the call log: call number, request number, tenant, operation, script name and sha256, status,
 duration); script output is logged there only (``observer.py``).
@@ -23,7 +26,7 @@ import logging
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -33,6 +36,7 @@ __all__ = [
     "MAX_VALUE_CHARS",
     "JsonFormatter",
     "TextFormatter",
+    "Throttle",
     "bounded",
     "configure",
     "printable",
@@ -214,6 +218,30 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info and record.exc_info[1] is not None:
             out["exc"] = safe_traceback(record.exc_info)
         return json.dumps(out, ensure_ascii=False, default=repr)
+
+
+class Throttle(logging.Filter):
+    """Lets each of ``messages`` (a record's unformatted ``msg``) through once per ``interval`` seconds;
+    the one let through says how many were held back since the last."""
+
+    def __init__(self, messages: Iterable[str], interval: float = 10.0) -> None:
+        super().__init__()
+        self.messages, self.interval = frozenset(messages), interval
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.msg
+        if not isinstance(msg, str) or msg not in self.messages:
+            return True
+        now = time.monotonic()
+        at, held = self._last.get(msg, (-self.interval, 0))
+        if now - at < self.interval:
+            self._last[msg] = (at, held + 1)
+            return False
+        self._last[msg] = (now, 0)
+        if held:
+            record.msg = f"{msg} (and {held} more like it in the last {now - at:.0f} s)"
+        return True
 
 
 def configure(*, as_json: bool) -> None:

@@ -37,6 +37,7 @@ from coordinator.service.connections import (
     parse_connection_limits,
 )
 from coordinator.service.gate import Gate
+from coordinator.service.logs import Throttle
 from coordinator.service.protocol import bounded_httptools
 from coordinator.service.state import Service
 
@@ -48,6 +49,13 @@ ACCEPT_BURST: Final = 8
 """Connections accepted per wake-up of a listener: the most ever held before the protocol counts them."""
 LISTEN_BACKLOG: Final = 2048
 """The kernel's queue of connections not yet accepted (uvicorn's default)."""
+PER_REQUEST_WARNINGS: Final = (
+    "Invalid HTTP request received.",
+    "Unsupported upgrade request.",
+    "No supported WebSocket library detected. Please use \"pip install 'uvicorn[standard]'\", or install "
+    "'websockets' or 'wsproto' manually.",
+)
+"""What uvicorn warns of for any client's bad request: let through once per 10 s (logs.Throttle)."""
 
 
 class _Server(uvicorn.Server):
@@ -156,6 +164,7 @@ def _uvicorn_config(app: Any, config: ServeConfig, table: ConnectionTable) -> uv
         http=bounded_httptools(config.max_header_bytes, table),  # C parser: see protocol.py
         backlog=ACCEPT_BURST,  # raised to LISTEN_BACKLOG once listening (see the module docstring)
         log_config=None,  # uvicorn's records go through the service's formatters (logs.py)
+        ws="none",  # no WebSocket route: an upgrade must not swap the protocol under the connection table
         loop="asyncio",  # the loop is the caller's (asyncio.run); uvloop measured no better
         access_log=False,
         proxy_headers=False,  # the X-Forwarded-* rewrite cost every call; the address caps count peers
@@ -167,8 +176,15 @@ def _uvicorn_config(app: Any, config: ServeConfig, table: ConnectionTable) -> uv
     )
 
 
+def _throttle_uvicorn() -> None:
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, Throttle) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(Throttle(PER_REQUEST_WARNINGS))
+
+
 async def serve(config: ServeConfig, *, pool_options: dict[str, Any] | None = None) -> None:
     """Serve until SIGTERM/SIGINT has drained the calls."""
+    _throttle_uvicorn()
     table = ConnectionTable(connection_limits(config))
     service = Service(config, pool_options=pool_options)
     gate = create_app(service)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -92,6 +93,21 @@ def test_a_900_kb_thrown_message_is_capped_in_the_json_log(service: ServiceProce
     warned = [r for r in records if r.get("region") == "big-json" and r["level"] == "warning"]
     assert len(warned) == 3 and all("more characters cut]" in r["msg"] for r in warned)
     assert len(log_after(service, mark)) < 3 * (2 * MAX_MESSAGE_CHARS + 4096)
+
+
+def test_a_warning_any_client_can_cause_per_request_is_logged_once_per_interval(
+    text_service: ServiceProcess,
+) -> None:
+    mark = len(text_service.log())
+    for request in [b"NOT HTTP AT ALL\r\n\r\n"] * 30 + [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"
+    ] * 30:
+        with socket.create_connection(("127.0.0.1", text_service.port), timeout=30) as sock:
+            sock.sendall(request)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 ")
+    log = log_after(text_service, mark)
+    assert log.count("Invalid HTTP request received") == 1, log[-2000:]
+    assert log.count("Unsupported upgrade request") == 1, log[-2000:]
 
 
 # -- the formatters, for every logger ----------------------------------------------------------
