@@ -111,8 +111,8 @@ def test_nodes_join_and_leave_while_calls_flow_and_sigterm_loses_no_accepted_cal
             assert [r.value for r in results] == list(range(60)), results  # type: ignore[union-attr]
             assert await nodes["n1"].wait(20) == 0
             assert pool.statistics().retries == 0  # each finished where it was accepted, none re-ran
-            assert sorted(n.name for n in listener.nodes()) == ["n2", "n3"]
             await wait_for(lambda: active_by_node(pool, listener)["n3"] == 2, JOIN_TIMEOUT, "n3 joined")
+            assert sorted(n.name for n in listener.nodes()) == ["n2", "n3"]  # n3 may start slowly
             late = await asyncio.gather(*(pool.call_detailed(handle, "slow", 0, i) for i in range(40)))
             assert {listener.worker_nodes[r.worker_id] for r in late} == {"n2", "n3"}
 
