@@ -155,8 +155,8 @@ class ConnectionTable:
         self.fd_limit = descriptor_limit()
         self.max_connections: int | None = limits.max_connections  # derived at the first connection
         self.interval = min(max(min(limits.header_timeout_secs, limits.body_timeout_secs) / 10, 0.05), 1.0)
-        self.refused = 0
-        self.evicted = 0
+        self.refused = 0  # connections answered 503 at once
+        self.evicted = 0  # connections closed to make room
         self._open: dict[Connection, str] = {}  # in the order they came: the first evictable is the oldest
         self._per_address: dict[str, int] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -164,10 +164,6 @@ class ConnectionTable:
 
     def __len__(self) -> int:
         return len(self._open)
-
-    def from_address(self, key: str) -> int:
-        """Connections open from one address key."""
-        return self._per_address.get(key, 0)
 
     def admit(self, conn: Connection, peer: Any, fd: int) -> str | None:
         """Count ``conn`` in, or the reason it is refused (then it is not counted)."""
