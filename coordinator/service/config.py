@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from coordinator._core.config import DEFAULT_TENANT_MAX_SCRIPT_BYTES, DEFAULT_TENANT_MAX_SCRIPTS
+from coordinator.egress import EgressConfigError, OperatorEgress, parse_operator_egress
 from coordinator.nodes.config import NodesConfig, parse_nodes_config
 from coordinator.nodes.errors import NodesConfigError
 from coordinator.providers.config import ProviderConfigError, ProvidersConfig, parse_config
@@ -133,7 +134,7 @@ class ServeConfig:
     """File holding the key (``Fernet.generate_key()``) that seals tenants' provider tables at rest."""
     tenant_retention_days: float = DEFAULT_TENANT_RETENTION_DAYS
     """How long a revoked API tenant's data is kept before it is purged."""
-    egress: dict[str, Any] = field(default_factory=dict)
+    egress: OperatorEgress | None = None
     """``[serve.egress]``: the operator's egress policy over every tenant's scripts."""
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -283,9 +284,10 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
         raw_defaults, TenantLimits(provider_call_secs=ceiling), "[serve.tenant_defaults]", ceiling
     )
     tenants, grants, limits = _tenants(data.get("tenants", {}), defaults, ceiling)
-    egress = serve.get("egress", {})
-    if not isinstance(egress, dict):
-        raise ServiceConfigError("[serve.egress] must be a table")
+    try:
+        egress = None if "egress" not in serve else parse_operator_egress(serve["egress"])
+    except EgressConfigError as exc:
+        raise ServiceConfigError(str(exc)) from None
     secrets_key = serve.get("secrets_key_file")
     retention = _positive(
         serve.get("tenant_retention_days", DEFAULT_TENANT_RETENTION_DAYS), "[serve] tenant_retention_days"

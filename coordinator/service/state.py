@@ -25,7 +25,7 @@ from typing import Any
 
 from coordinator._core.config import TenantQuotas
 from coordinator._core.pool import Pool
-from coordinator.egress import Egress, EgressQuota, OperatorEgress, parse_operator_egress
+from coordinator.egress import Egress, EgressQuota
 from coordinator.nodes.link import NodeListener
 from coordinator.providers import PoolExecutor, ProviderRuntime
 from coordinator.providers.config import (
@@ -355,11 +355,8 @@ class Service:
             tenants=True,
             source=None,
             call_timeout_secs=self.limits(tenant).provider_call_secs,
-            operator_egress=self._operator_egress(),
+            operator_egress=self.config.egress,
         )
-
-    def _operator_egress(self) -> OperatorEgress | None:
-        return parse_operator_egress(self.config.egress) if self.config.egress else None
 
     def provider_config(self, tenant: str, name: str) -> dict[str, Any] | None:
         """The tenant's own table of that name with its secrets hidden, or None."""

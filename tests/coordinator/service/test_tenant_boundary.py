@@ -23,6 +23,7 @@ from service_support import ADMIN, TOKENS, ServiceProcess, free_port, sha, write
 
 from coordinator.bench.standin import StandinServer
 from coordinator.client import ServiceError
+from coordinator.service.config import ServiceConfigError, load_service_config
 
 SECRET = "operator-secret-key-4f1e9c"
 METRICS_TOKEN = "metrics-reader-token"
@@ -326,3 +327,21 @@ def test_a_revoked_tenant_calls_in_flight_stop_within_a_second(boundary: Service
         assert answer.status_code == 401, answer.text
         assert took < 1.5, took
         admin.delete_tenant("hooli", purge=True)
+
+
+def test_the_operator_egress_policy_applies_to_every_tenant(tmp_path: Path, upstream: StandinServer) -> None:
+    port = free_port()
+    config = _config(tmp_path, port, upstream.base_url)
+    config.write_text(config.read_text() + '[serve.egress]\ndenied_hosts = ["127.0.0.*"]\n')
+    service = ServiceProcess.start(config, port)
+    try:
+        with service.client("acme") as c:
+            c.put_script("provider", "groq", LEAK)
+            with pytest.raises(ServiceError) as refused:
+                c.inference("groq", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert "denied_hosts" in str(refused.value.error)
+    finally:
+        assert service.stop() == 0
+    config.write_text(config.read_text() + "[serve.egress.typo]\n")
+    with pytest.raises(ServiceConfigError, match="unknown key"):
+        load_service_config(config)
