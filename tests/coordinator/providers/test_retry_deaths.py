@@ -20,11 +20,16 @@ from coordinator.providers.runtime import ProviderRuntime
 from .harness import Harness
 
 REQ: dict[str, Any] = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+#: Fills the worker's memory with 512 KB map keys (keys are outside the engine's data-size limits). The
+#: counter goes first: keys then differ in their first bytes, so inserting one costs a copy, not a
+#: comparison of 512 KB prefixes (the engine charges CPU to the operation budget).
 BOMB = (
     'let m = #{}; let s = "y"; while s.len < 500000 { s += s; } '
-    "let i = 0; loop { m[s + i.to_string()] = i; i += 1; }"
+    "let i = 0; loop { m[i.to_string() + s] = i; i += 1; }"
 )
-CONFIG = PoolConfig(workers=1, spares=1, limits=Limits(memory_bytes=512 << 20))
+#: 256 MiB of address space: the worker starts well inside it, and the bomb reaches it long before its
+#: CPU (charged to its operation budget, page faults included) runs out.
+CONFIG = PoolConfig(workers=1, spares=1, limits=Limits(memory_bytes=256 << 20))
 
 
 def counters(rt: ProviderRuntime) -> tuple[int, int, int]:
