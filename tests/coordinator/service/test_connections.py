@@ -90,13 +90,20 @@ def close_all(socks: list[socket.socket]) -> None:
         sock.close()
 
 
+def readable(sock: socket.socket, within: float) -> bool:
+    """Data or an end waits on ``sock`` (poll: a test holds more than select's 1 024 descriptors)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(max(within, 0) * 1000))
+
+
 def ended(sock: socket.socket, within: float) -> tuple[float, bytes] | None:
     """(seconds until the service ended the connection, what it sent first), or None if still open."""
     begun = time.monotonic()
     sock.setblocking(False)
     got = b""
     while (left := begun + within - time.monotonic()) > 0:
-        if not select.select([sock], [], [], left)[0]:
+        if not readable(sock, left):
             break
         try:
             chunk = sock.recv(65536)
@@ -112,8 +119,7 @@ def ended(sock: socket.socket, within: float) -> tuple[float, bytes] | None:
 
 def still_open(sock: socket.socket) -> bool:
     """Nothing received and no end of the connection right now."""
-    readable = select.select([sock], [], [], 0)[0]
-    if not readable:
+    if not readable(sock, 0):
         return True
     try:
         return bool(sock.recv(1, socket.MSG_PEEK))
@@ -198,7 +204,8 @@ def timeouts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProces
 
 
 def test_silent_connections_are_closed_after_the_header_timeout(timeouts: ServiceProcess) -> None:
-    socks = connect_many(timeouts, 200, "127.0.0.2")
+    """2 200 silent connections (from ten addresses, under the per-address cap) were all held after 45 s."""
+    socks = [s for i in range(10) for s in connect_many(timeouts, 220, f"127.0.0.{2 + i}")]
     try:
         time.sleep(0.8)
         assert all(still_open(s) for s in socks)  # not before the timeout
@@ -228,7 +235,7 @@ def test_a_body_that_trickles_is_answered_408_at_the_body_timeout(timeouts: Serv
                 sock.sendall(b" ")
             except OSError:
                 break
-            if select.select([sock], [], [], 0.3)[0]:
+            if readable(sock, 0.3):
                 with contextlib.suppress(OSError):
                     reply = sock.recv(65536)
         elapsed = time.monotonic() - begun
@@ -397,12 +404,14 @@ def workers(service: ServiceProcess) -> set[int]:
 
 
 def test_with_few_descriptors_silent_sockets_stop_neither_health_checks_nor_others(tmp_path: Path) -> None:
-    """RLIMIT_NOFILE 256: 400 silent sockets from one client, more than the service could hold."""
-    with running(tmp_path, "", nofile=256) as service:
+    """RLIMIT_NOFILE 1024 and 1 100 silent sockets, from five addresses (each under its cap): more than
+    the service can hold. They made 10/10 of another tenant's calls fail, and a killed worker stayed
+    dead."""
+    with running(tmp_path, "", nofile=1024) as service:
         with service.client("globex") as b:
             b.put_script("region_hook", "plain", 'fn render(ctx) { "hello" }')
             b.create_region("notes", script="plain", budget=100)
-            attack = connect_many(service, 400, "127.0.0.2")
+            attack = [s for i in range(5) for s in connect_many(service, 220, f"127.0.0.{2 + i}")]
             try:
                 time.sleep(2)
                 held = len(psutil.Process(service.process.pid).net_connections("tcp"))
@@ -420,8 +429,8 @@ def test_with_few_descriptors_silent_sockets_stop_neither_health_checks_nor_othe
             finally:
                 close_all(attack)
         log = service.log()
-    assert held < 256 - 32, held
-    assert descriptors < 256 - 16, descriptors
+    assert held < 1024 - 48, held  # the reserve is kept
+    assert descriptors < 1024 - 32, descriptors
     assert "Too many open files" not in log and "out of system resource" not in log
     assert len(log) < 50_000, log[-3000:]
 
