@@ -191,9 +191,10 @@ def _describe(schema: Any, raw: bytes, error: ErrorDetails) -> str:
         return f"unknown field '{path}'{hint}"
     if kind == "missing":
         return f"missing field '{where}'"
+    subject = f"field '{where}'" if where else "request body"  # a check of the whole body has no field
     if kind == "value_error":
-        return f"field '{where}': {(error.get('ctx') or {}).get('error', error['msg'])}"
-    return f"field '{where}': {error['msg']}"
+        return f"{subject}: {(error.get('ctx') or {}).get('error', error['msg'])}"
+    return f"{subject}: {error['msg']}"
 
 
 def _not_json(raw: bytes, reason: str) -> str:

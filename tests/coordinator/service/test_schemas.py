@@ -141,7 +141,7 @@ def test_an_unknown_key_is_quoted_on_one_line() -> None:
         (InferenceRequest, '{"messages": [{"role": "system", "content": "x"}]}', "field 'messages[0].role'"),
         (InferenceRequest, '{"extra": {"top_p": 1e400}}', "finite"),
         (InferenceRequest, '{"extra": {"seed": 18446744073709551616}}', "64 bits"),
-        (ProviderTableBody, '{"anything": [NaN]}', "finite"),
+        (ProviderTableBody, '{"anything": [NaN]}', "request body: numbers must be finite"),
         (ProviderTableBody, '{"rate_limit": {"requests_per_minute": 0, "tokens_per_minute": 1}}', "rate"),
         (TenantToken, '{"token_sha256": "abc"}', "field 'token_sha256'"),
     ],
