@@ -5,7 +5,8 @@ head, every threaded call, and every threaded call given up on whose late reply 
 (``Placement.given_up``: it still runs):
 - our kill for ``deadline`` or ``protocol`` blames the attempt we killed it for;
 - a ``memory`` or ``heartbeat lost`` kill, and any death we did not cause (abort, segfault, any
-  signal but SIGKILL/SIGTERM, a non-zero exit), blames the one call running, if only one was;
+  signal but SIGKILL/SIGTERM, a non-zero exit), blames the one call running, if only one was
+  (a remote worker's lost heartbeat only makes suspects: its node or the link may have gone silent);
 - with several running, such a death is ambiguous: it blames nobody and makes each running
   call's script a suspect (``coordinator._core.isolation``), whose calls then run alone until
   its next death has exactly one call to blame;
@@ -147,6 +148,8 @@ def blame(worker: Placement) -> tuple[Attempt | None, list[Attempt]]:
     if reason:
         if worker.kill_target is not None and reason.blames:
             return worker.kill_target, []
+        if reason is KillReason.HEARTBEAT_LOST and process.remote is not None:
+            return None, running(worker)  # its node or the link may be what went silent: run apart
         if reason.blames and reason not in _BLAMES_THE_ONE_RUNNING:
             return None, running(worker)  # killed for a call we lost track of: all are suspects
         if reason not in _BLAMES_THE_ONE_RUNNING:
