@@ -98,12 +98,14 @@ async def render(request: Request) -> Response:
     _, slot = _slot(request)
     body = await parse_body(request, Render)
     region, window = slot.region, body.window
+    total = None if window is None else window.total_tokens
+    maximum = None if window is None else window.max_tokens
     meta = RenderMeta(
         stage_name=body.stage_name,
         stage_iterations=body.stage_iterations,
         model=body.model,
-        window_total_tokens=region.current_tokens if window.total_tokens is None else window.total_tokens,
-        window_max_tokens=region.budget if window.max_tokens is None else window.max_tokens,
+        window_total_tokens=region.current_tokens if total is None else total,
+        window_max_tokens=region.budget if maximum is None else maximum,
     )
     return reply((await region.render(meta)).to_json())
 

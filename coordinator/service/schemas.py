@@ -199,7 +199,8 @@ class Render(_Body):
     stage_name: str = ""
     stage_iterations: Count = 0
     model: str = ""
-    window: WindowFacts = WindowFacts()
+    window: WindowFacts | None = None
+    """Absent: this region's current tokens and budget (a default model would be copied per request)."""
 
 
 class Evict(_Body):
