@@ -29,7 +29,7 @@ KNOWN_TOP_LEVEL: Final = frozenset(
         "max_response_bytes",
         "serve",
         "nodes",
-        "egress",
+        "call_timeout_secs",
     }
 )
 """Every top-level name the provider runtime and ``rhaipool serve`` read from the same file."""

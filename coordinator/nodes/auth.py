@@ -4,11 +4,11 @@ ZeroMQ asks a ZAP handler (RFC 27) about each new CURVE connection. pyzmq's ``co
 reads the key directory once, so a revoked key would stay welcome until a restart; here the handler asks
 :class:`AuthorizedKeys`, which looks at the directory on every handshake. Its files are re-read when the
 directory's listing changed (which file, where, its inode, size, mtime or ctime: a rename into
-``revoked/`` changes the folder and the ctime, a Kubernetes Secret update the inodes behind the links) and
-in any case once a second, so even a same-size rewrite in place is seen within a second. A revoked or
-deleted key is therefore refused from the next handshake on; the node link
-(:mod:`coordinator.nodes.link`) asks the same gate about its joined nodes every half heartbeat and drops
-those whose key is no longer authorized.
+``revoked/`` changes the folder and the ctime, a Kubernetes Secret update the inodes behind the links),
+and whenever the last reading is a second old, so whatever a listing could miss is seen within a second
+of the next look. A revoked or deleted key is therefore refused from the next handshake on; the node
+link (:mod:`coordinator.nodes.link`) asks the same gate about its joined nodes every half heartbeat and
+drops those whose key is no longer authorized.
 
 Fail closed: a CURVE server socket with no ZAP handler on its context accepts every client key, so
 :func:`curve_server` takes the running authenticator and refuses to configure a socket without one; an

@@ -205,9 +205,6 @@ class NodeListener:
             process.stderr_tail += (
                 f"\nnode {node.name} did not confirm the kill within {self.settings.heartbeat:g} s".encode()
             )
-            silent = time.monotonic() - node.last_heard > 2 * self.settings.heartbeat
-            if silent and process.kill_reason is KillReason.HEARTBEAT_LOST:
-                process.kill_reason = KillReason.UNREACHABLE  # the node went silent, not its worker alone
             self._supervisor.exited(process, None)
 
     @staticmethod

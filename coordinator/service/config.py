@@ -19,7 +19,13 @@ from coordinator._core.config import DEFAULT_TENANT_MAX_SCRIPT_BYTES, DEFAULT_TE
 from coordinator.egress import EgressConfigError, OperatorEgress, parse_operator_egress
 from coordinator.nodes.config import NodesConfig, parse_nodes_config
 from coordinator.nodes.errors import NodesConfigError
-from coordinator.providers.config import ProviderConfigError, ProvidersConfig, parse_config
+from coordinator.providers.config import (
+    DEFAULT_CALL_TIMEOUT_SECS,
+    ProviderConfigError,
+    ProvidersConfig,
+    parse_config,
+)
+from coordinator.service.connections import ConnectionLimits, parse_connection_limits
 from coordinator.service.errors import ServiceConfigError
 
 __all__ = [
@@ -46,7 +52,7 @@ TENANT_ID: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 _MIB: Final = 1 << 20
-DEFAULT_PROVIDER_CALL_SECS: Final = 120.0
+DEFAULT_PROVIDER_CALL_SECS: Final = DEFAULT_CALL_TIMEOUT_SECS
 DEFAULT_TENANT_RETENTION_DAYS: Final = 30.0
 
 
@@ -81,7 +87,7 @@ class TenantLimits:
     egress_max_bytes: int = 64 * _MIB
     """Response bytes egress holds for the tenant at once."""
     provider_call_secs: float = DEFAULT_PROVIDER_CALL_SECS
-    """Wall-clock bound of one provider call; at most ``[serve] provider_call_secs``."""
+    """Wall-clock bound of one provider call; at most the top-level ``call_timeout_secs``."""
     max_regions: int = 1000
     """Regions open at once."""
     max_region_budget: int = 10_000_000
@@ -103,7 +109,7 @@ _FLOATS: Final = frozenset({"cpu_seconds_per_minute", "provider_call_secs"})
 _TENANT_KEYS: Final = ("token_sha256", "providers", *LIMIT_KEYS)
 SERVE_KEYS: Final = (
     "listen", "database", "admin_token_sha256", "metrics_token_sha256", "tls_cert", "tls_key",
-    "max_body_bytes", "max_header_bytes", "grace_secs", "workers", "local_workers", "provider_call_secs",
+    "max_body_bytes", "max_header_bytes", "grace_secs", "workers", "local_workers",
     "secrets_key_file", "tenant_retention_days", "tenant_defaults", "egress",
     "header_timeout_secs", "body_timeout_secs", "idle_timeout_secs", "max_connections",
     "max_connections_per_address", "fd_reserve",
@@ -128,14 +134,14 @@ class ServeConfig:
     tenant_defaults: TenantLimits = field(default_factory=TenantLimits)
     tenant_limits: dict[str, TenantLimits] = field(default_factory=dict)
     """tenant id → its limits (the defaults with its own table's keys on top)."""
-    provider_call_secs: float = DEFAULT_PROVIDER_CALL_SECS
-    """The ceiling of every tenant's ``provider_call_secs``."""
     secrets_key_file: Path | None = None
     """File holding the key (``Fernet.generate_key()``) that seals tenants' provider tables at rest."""
     tenant_retention_days: float = DEFAULT_TENANT_RETENTION_DAYS
     """How long a revoked API tenant's data is kept before it is purged."""
     egress: OperatorEgress | None = None
     """``[serve.egress]``: the operator's egress policy over every tenant's scripts."""
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    """Header, body and idle timeouts, the connection caps and the descriptor reserve."""
     tls_cert: Path | None = None
     tls_key: Path | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -211,7 +217,7 @@ def _limits(table: dict[str, Any], base: TenantLimits, where: str, ceiling: floa
     limits = replace(base, **changes)
     if limits.provider_call_secs > ceiling:
         raise ServiceConfigError(
-            f"{where} provider_call_secs must be at most [serve] provider_call_secs ({ceiling:g})"
+            f"{where} provider_call_secs must be at most the top-level call_timeout_secs ({ceiling:g})"
         )
     return limits
 
@@ -271,9 +277,7 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
         if name not in SERVE_KEYS:
             raise unknown_key(name, SERVE_KEYS, "[serve]")
     metrics = serve.get("metrics_token_sha256")
-    ceiling = float(
-        _positive(serve.get("provider_call_secs", DEFAULT_PROVIDER_CALL_SECS), "[serve] provider_call_secs")
-    )
+    ceiling = providers.call_timeout_secs
     raw_defaults = serve.get("tenant_defaults", {})
     if not isinstance(raw_defaults, dict):
         raise ServiceConfigError("[serve.tenant_defaults] must be a table")
@@ -304,12 +308,12 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
         grants=grants,
         tenant_defaults=defaults,
         tenant_limits=limits,
-        provider_call_secs=ceiling,
         secrets_key_file=None
         if secrets_key is None
         else _path(secrets_key, "[serve] secrets_key_file", base),
         tenant_retention_days=float(retention),
         egress=egress,
+        connections=parse_connection_limits(serve),
         tls_cert=None if cert is None else _path(cert, "[serve] tls_cert", base),
         tls_key=None if key is None else _path(key, "[serve] tls_key", base),
         max_body_bytes=int(_positive(serve.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES), "max_body_bytes")),

@@ -21,7 +21,6 @@ import gc
 import logging
 import signal
 import socket
-import tomllib
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any, Final
@@ -32,9 +31,7 @@ from coordinator.service.app import create_app
 from coordinator.service.config import ServeConfig, load_service_config
 from coordinator.service.connections import (
     AcceptErrorLog,
-    ConnectionLimits,
     ConnectionTable,
-    parse_connection_limits,
 )
 from coordinator.service.gate import Gate
 from coordinator.service.logs import Throttle
@@ -144,17 +141,6 @@ def _enlarge_backlog(listener: Any) -> None:
         same.listen(LISTEN_BACKLOG)
 
 
-def connection_limits(config: ServeConfig) -> ConnectionLimits:
-    """``config.connections`` once ``ServeConfig`` carries it; until then the ``[serve]`` table again."""
-    limits = getattr(config, "connections", None)
-    if isinstance(limits, ConnectionLimits):
-        return limits
-    if config.source is None:
-        return ConnectionLimits()
-    serve = tomllib.loads(config.source.read_text(encoding="utf-8")).get("serve", {})
-    return parse_connection_limits(serve if isinstance(serve, dict) else {})
-
-
 def _uvicorn_config(app: Any, config: ServeConfig, table: ConnectionTable) -> uvicorn.Config:
     return uvicorn.Config(
         app,
@@ -185,7 +171,7 @@ def _throttle_uvicorn() -> None:
 async def serve(config: ServeConfig, *, pool_options: dict[str, Any] | None = None) -> None:
     """Serve until SIGTERM/SIGINT has drained the calls."""
     _throttle_uvicorn()
-    table = ConnectionTable(connection_limits(config))
+    table = ConnectionTable(config.connections)
     service = Service(config, pool_options=pool_options)
     gate = create_app(service)
     server = _Server(_uvicorn_config(gate, config, table), gate, service, table)

@@ -6,6 +6,7 @@ added to the code without a line in ``docs/reference/configuration.md`` fails he
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from coordinator._cli.config_check import KNOWN_LIMITS, KNOWN_TOP_LEVEL
 from coordinator.providers import config as providers_config
 from coordinator.service import config as service_config
+from coordinator.service.connections import ConnectionLimits
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reference" / "configuration.md"
@@ -80,7 +82,8 @@ def test_every_limits_key_is_documented() -> None:
 
 def test_every_serve_and_tenant_key_is_documented() -> None:
     source = Path(service_config.__file__)
-    assert keys_read(source, "serve") == set(section("`[serve]`"))
+    connection_keys = {f.name for f in dataclasses.fields(ConnectionLimits)}  # its own parser reads them
+    assert keys_read(source, "serve") | connection_keys == set(section("`[serve]`"))
     assert keys_read(source, "table") == set(section("`[tenants.<id>]`"))
 
 
