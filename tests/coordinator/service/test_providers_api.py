@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from service_support import ADMIN, TOKENS, ServiceProcess
+from service_support import ADMIN, TOKENS, ServiceProcess, free_port, write_config
 
 from coordinator._cli.demo import GROQ_SCRIPT
 from coordinator.client import ServiceError
@@ -174,3 +176,55 @@ def test_provider_names_follow_the_name_rule(service: ServiceProcess) -> None:
         headers={"Authorization": f"Bearer {TOKENS['acme']}"}, timeout=30,
     )  # fmt: skip
     assert r.status_code == 400 and "Invalid provider name" in r.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """A service whose tenants may hold one stream each."""
+    folder = tmp_path_factory.mktemp("narrow")
+    port = free_port()
+    config = write_config(folder, port=port, extra="[serve.tenant_defaults]\nmax_streams = 1")
+    running = ServiceProcess.start(config, port)
+    with running.client("acme") as c:
+        slow = 'fn initialize(c) { #{} }\nfn inference(s, r) { sleep(1.0); #{ content: "z" } }'
+        c.put_script("provider", "slow", slow)
+    yield running
+    assert running.stop() == 0
+
+
+def _stream(service: ServiceProcess, **kw: Any) -> Any:
+    return httpx.stream(
+        "POST", f"{service.url}/api/providers/slow/stream", json=PONG,
+        headers={"Authorization": f"Bearer {TOKENS['acme']}"}, timeout=30, **kw,
+    )  # fmt: skip
+
+
+def test_a_stream_holds_one_of_max_streams_until_it_ends(narrow: ServiceProcess) -> None:
+    with _stream(narrow) as held:
+        assert held.status_code == 200
+        refused = httpx.post(
+            f"{narrow.url}/api/providers/slow/stream", json=PONG,
+            headers={"Authorization": f"Bearer {TOKENS['acme']}"}, timeout=30,
+        )  # fmt: skip
+        assert refused.status_code == 429 and "max_streams" in refused.json()["error"]
+        other = httpx.post(
+            f"{narrow.url}/api/providers/slow/stream", json=PONG,
+            headers={"Authorization": f"Bearer {TOKENS['globex']}"}, timeout=30,
+        )  # fmt: skip
+        assert other.status_code == 404  # globex has no such script, but its own stream quota is free
+        assert "event: done" in held.read().decode()
+    with _stream(narrow) as again:  # released at the end of the first
+        assert again.status_code == 200 and "event: done" in again.read().decode()
+
+
+def test_a_reader_that_leaves_early_frees_its_stream(narrow: ServiceProcess) -> None:
+    with _stream(narrow) as left:
+        assert left.status_code == 200
+    deadline = time.monotonic() + 20
+    while True:
+        with _stream(narrow) as next_one:
+            if next_one.status_code == 200:
+                assert "event: done" in next_one.read().decode()
+                break
+        assert time.monotonic() < deadline, "the stream slot was never freed"
+        time.sleep(0.2)
