@@ -33,6 +33,10 @@ pub const TOKEN_OPERATIONS: &str = "operations";
 pub const CPU_NANOS_PER_OPERATION: u64 = 2_000;
 /// Operations between two looks at the clocks (deadline, CPU charge) while operations are cheap.
 const CHECK_EVERY: u64 = 256;
+/// Operations before the first look, which starts the CPU clock: a call that ends sooner (most
+/// region hooks) reads no clock (reading this thread's CPU time is a system call, ~0.5 us), and
+/// what its first operations cost is bounded by the data-size limits.
+const FIRST_LOOK: u64 = 16;
 /// An operation costing more CPU than this on average since the last look makes every operation
 /// looked at (each then costs far more than the look): a slow call overruns nothing by 256 of them.
 const SLOW_OPERATION_NANOS: u64 = 4_000;
@@ -89,11 +93,13 @@ pub struct CallState {
     /// The operation count at the last look at the clocks, and operations until the next one.
     last_check: Cell<u64>,
     stride: Cell<u64>,
-    /// This thread's CPU time when the call started and at the last look, and what calls nested in
-    /// its host functions spent (unrelated calls: not charged to this one).
-    cpu_started: u64,
+    /// This thread's CPU time at the first look (0 before it) and at the last one, and what calls
+    /// nested in its host functions spent (unrelated calls: not charged to this one).
+    cpu_started: Cell<u64>,
     cpu_checked: Cell<u64>,
     cpu_nested: Cell<u64>,
+    /// This thread's CPU time when a nested call started (0 for an outermost one).
+    cpu_at_push: u64,
     output_limit: usize,
     output: RefCell<Vec<String>>,
     output_bytes: Cell<usize>,
@@ -119,7 +125,7 @@ impl Drop for CallGuard {
             let mut s = s.borrow_mut();
             if let Some(ended) = s.pop() {
                 if let Some(outer) = s.last() {
-                    let spent = thread_cpu_nanos().saturating_sub(ended.cpu_started);
+                    let spent = thread_cpu_nanos().saturating_sub(ended.cpu_at_push);
                     outer
                         .cpu_nested
                         .set(outer.cpu_nested.get().saturating_add(spent));
@@ -174,7 +180,7 @@ pub fn push(
         }
         let check_signals = MAIN_THREAD.get() == Some(&std::thread::current().id());
         let max_operations = max_operations.min(engine.max_operations());
-        let cpu_started = thread_cpu_nanos();
+        let cpu_at_push = if s.is_empty() { 0 } else { thread_cpu_nanos() };
         s.push(CallState {
             engine,
             script: script.to_string(),
@@ -187,10 +193,11 @@ pub fn push(
             max_cpu_nanos,
             last_signal_check: Cell::new(0),
             last_check: Cell::new(0),
-            stride: Cell::new(CHECK_EVERY),
-            cpu_started,
-            cpu_checked: Cell::new(cpu_started),
+            stride: Cell::new(FIRST_LOOK),
+            cpu_started: Cell::new(0),
+            cpu_checked: Cell::new(0),
             cpu_nested: Cell::new(0),
+            cpu_at_push,
             output_limit,
             output: RefCell::new(Vec::new()),
             output_bytes: Cell::new(0),
@@ -285,12 +292,15 @@ impl CallState {
             }
         }
         let cpu = thread_cpu_nanos();
+        if self.cpu_started.get() == 0 {
+            self.cpu_started.set(cpu);
+        }
         let stretch = cpu.saturating_sub(self.cpu_checked.get());
+        let slow = self.cpu_checked.get() != 0 && stretch / since > SLOW_OPERATION_NANOS;
         self.cpu_checked.set(cpu);
-        let slow = stretch / since > SLOW_OPERATION_NANOS;
         self.stride.set(if slow { 1 } else { CHECK_EVERY });
         let charged = cpu
-            .saturating_sub(self.cpu_started)
+            .saturating_sub(self.cpu_started.get())
             .saturating_sub(self.cpu_nested.get());
         if charged > self.max_cpu_nanos {
             return Some(Dynamic::from(TOKEN_OPERATIONS));
