@@ -19,8 +19,10 @@ import contextlib
 import http.client
 import json
 import os
+import select
 import selectors
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -369,6 +371,8 @@ class Attacker:
         self._conn: http.client.HTTPConnection | None = None
 
     def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is not None and self._conn.sock is not None and _closed_by_peer(self._conn.sock):
+            self.close()  # the service closed it while it idled (idle_timeout_secs), as it may
         if self._conn is None:
             self._conn = http.client.HTTPConnection(
                 "127.0.0.1", self.port, timeout=60.0, source_address=(self.source, 0)
@@ -409,6 +413,17 @@ class Attacker:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other end closed an idle connection (readable, with nothing to read)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def assert_typed(answer: Answer, statuses: range | tuple[int, ...] = range(400, 600)) -> Any:

@@ -189,6 +189,31 @@ def test_a_closure_chain_behind_held_provider_calls_kills_nobody_elses_call(
             assert_typed(answer)
 
 
+def test_requests_past_the_tenant_connection_quota_are_refused(arena: Arena, mallory: Attacker) -> None:
+    """``max_connections = 16``: A's 17th to 22nd requests at once (from four addresses, so no address
+    cap is reached) are refused 429 naming the quota; its first 16 are answered."""
+    assert mallory.put_script("provider", "napper", NAPPER).status == 200
+    answers: list[Answer] = []
+
+    def nap(source: str) -> None:
+        attacker = Attacker(arena.port, source=source)
+        try:
+            answers.append(attacker.request("POST", "/api/providers/napper/inference", PONG))
+        finally:
+            attacker.close()
+
+    with arena.alongside("22 requests at once"):
+        holders = [threading.Thread(target=nap, args=(f"127.0.0.{3 + i % 4}",)) for i in range(22)]
+        for thread in holders:
+            thread.start()
+        for thread in holders:
+            thread.join(30)
+    refused = [a for a in answers if a.status != 200]
+    assert len(answers) == 22 and len(refused) >= 6, [a.status for a in answers]
+    for answer in refused:
+        assert "max_connections" in str(assert_typed(answer, (429,)))
+
+
 def deep(levels: int) -> str:
     return "[" * levels + "]" * levels
 

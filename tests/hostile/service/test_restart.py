@@ -22,5 +22,3 @@ def test_the_service_restarts_cleanly_on_what_the_attacks_left(arena: Arena) -> 
     assert not failed, f"{len(failed)} of {len(arena.after_restart)} after the restart: {failed[:5]}"
     with arena.alongside("after the restart"):
         arena.healthy()
-    stop, start = arena.restart_secs
-    print(f"restart: stop {stop:.1f} s, start {start:.1f} s")
