@@ -264,10 +264,20 @@ def bench_binding(ctx: click.Context) -> None:
 @bench.command("tenants", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_tenants(ctx: click.Context) -> None:
-    """A quiet tenant beside a flood and a crasher; coordinator RSS under floods; tenants at once."""
+    """A quiet tenant beside a flood and a crasher; coordinator RSS under floods; tenants at once.
+
+    With --service: tenant B's p50/p99 through rhaipool serve, alone and beside each hostile-tenant
+    attack (coordinator.bench.service_tenants; --seconds, --workers, --only NAME, --json)."""
+    args = list(ctx.args)
+    if "--service" in args:
+        args.remove("--service")
+        from coordinator.bench.service_tenants import main as run_service
+
+        run_service(args)
+        return
     from coordinator.bench.tenants import main as run
 
-    run(ctx.args)
+    run(args)
 
 
 add_verbosity(main)
