@@ -142,7 +142,15 @@ class Placements:
                 if depth >= pipeline:
                     continue
                 away = call.resident is not None and call.resident_elsewhere(worker.id)  # entries stay
-                score: tuple[int, ...] = (depth, away, key not in worker.scripts, worker.threaded)
+                # An inline call keeps its worker's loop thread from serving the provider calls held
+                # there (their host replies wait until it ends): a worker holding none comes first.
+                score: tuple[int, ...] = (
+                    depth,
+                    worker.threaded > 0,
+                    away,
+                    key not in worker.scripts,
+                    worker.threaded,
+                )
             else:
                 if worker.threaded >= worker.process.capacity:
                     continue
