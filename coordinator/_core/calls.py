@@ -271,6 +271,8 @@ class Call:
     """Its script is a suspect (``coordinator._core.isolation``): run it on a worker holding nothing else."""
     started_at: float | None = None
     """When its first attempt was sent (monotonic): ``started_at - enqueued_at`` is its queue wait."""
+    waiting: Deadline[Call] | None = None
+    """Its deadline while it waits in the queue to be re-run (disarmed as it is sent)."""
     settle: Callable[[Call], None] | None = None
     """Whoever keeps the books of calls (the dispatcher): told once ``future`` is done, through
     ``on_done``, or directly by the dispatcher as the answer arrives (``on_done`` then taken back)."""

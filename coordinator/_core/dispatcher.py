@@ -206,6 +206,9 @@ class Dispatcher(Events):
             call.finish(CallFailed(f"arguments cannot be sent to a worker: {exc}", cause="invalid arguments"))
             return
         worker.scripts.add(key)
+        if call.waiting is not None:  # a re-run leaves the queue: its attempt's deadline takes over
+            call.waiting.cancel()
+            call.waiting = None
         if call.alone:
             worker.alone, worker.reserved = True, False
         self.placements.placed(call.tenant)
@@ -285,6 +288,7 @@ class Dispatcher(Events):
 
     def _wait_passed(self, call: Call) -> None:
         """A re-run still waiting for a worker when its timeout ran out ends now."""
+        call.waiting = None
         if not call.done and any(c is call for c in self._queue.put_back()):
             self._queue.pop(call)
             call.finish(outcomes.out_of_time(call, None))
@@ -292,8 +296,8 @@ class Dispatcher(Events):
     def _put_back(self, call: Call) -> None:
         """Queue ``call`` again at the front (a re-run or a resend), to end at its deadline if it waits."""
         self._queue.push(call, front=True)
-        if call.deadline is not None:
-            self._waits.arm(call, max(0.0, call.deadline - time.monotonic()))
+        if call.deadline is not None and call.waiting is None:
+            call.waiting = self._waits.arm(call, max(0.0, call.deadline - time.monotonic()))
 
     def _kill(self, worker: Placement | WorkerProcess, reason: KillReason, target: Attempt | None) -> None:
         """Have the process killed; ``target`` is blamed at its death if this is the reason reported."""
