@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from coordinator._core.config import TenantQuotas
@@ -441,15 +441,12 @@ class Service:
             self._streams[tenant] -= 1
 
 
+_POOL_KEYS = tuple(f.name for f in fields(TenantQuotas))
+"""The pool's quotas are named as the service's limit keys: each is passed on as it is."""
+
+
 def _pool_quotas(limits: TenantLimits) -> TenantQuotas:
-    return TenantQuotas(
-        max_calls=limits.max_calls,
-        max_inflight=limits.max_inflight,
-        max_queued=limits.max_queued,
-        cpu_seconds_per_minute=limits.cpu_seconds_per_minute,
-        max_loaded_scripts=limits.max_loaded_scripts,
-        max_loaded_script_bytes=limits.max_loaded_script_bytes,
-    )
+    return TenantQuotas(**{key: getattr(limits, key) for key in _POOL_KEYS})
 
 
 def _egress_quotas(limits: TenantLimits) -> EgressQuota:
