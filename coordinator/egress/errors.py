@@ -53,6 +53,7 @@ __all__ = [
     "HostError",
     "InvalidRequest",
     "ResponseBudgetExhausted",
+    "SecretMisuse",
     "StreamBudgetExhausted",
     "TenantRequestsExceeded",
     "TenantResponseBytesExceeded",
@@ -75,6 +76,10 @@ class EgressConfigError(RhaipoolError, ValueError):
 
 class EgressDenied(RhaipoolError):
     """The policy refuses this request; nothing was sent."""
+
+
+class SecretMisuse(EgressDenied):
+    """A request carries a secret's placeholder where no secret may go; nothing was sent."""
 
 
 class HostError(RhaipoolError):

@@ -25,7 +25,7 @@ import re
 import secrets
 from urllib.parse import quote
 
-from coordinator.egress.errors import EgressDenied
+from coordinator.egress.errors import SecretMisuse
 
 __all__ = ["PLACEHOLDER_PREFIX", "SecretMisuse", "Secrets", "looks_like_placeholder"]
 
@@ -47,10 +47,6 @@ def _basic_text(value: str) -> str | None:
     except (binascii.Error, ValueError):
         return None
     return text if looks_like_placeholder(text) else None
-
-
-class SecretMisuse(EgressDenied):
-    """A request carries a secret's placeholder where no secret may go; nothing was sent."""
 
 
 def looks_like_placeholder(text: str) -> bool:
