@@ -5,7 +5,8 @@
     │   └── SecretsUnavailable a sealed provider table cannot be opened, or a secret cannot be sealed
     ├── HTTPError              a route answers with this JSON error instead of its result
     │   ├── StorageFailed      a change could not be committed (507 disk full, 503 otherwise); nothing changed
-    │   └── LimitReached       a tenant's service quota refused the request (429, or 413 for a size)
+    │   ├── LimitReached       a tenant's service quota refused the request (429, or 413 for a size)
+    │   └── InvalidName        a script, region or provider name outside the one rule (400)
     └── RegionExists           a region of that name is already open for the tenant
 
 The client's side of a failed request is ``coordinator.errors.ServiceError``.
@@ -21,6 +22,7 @@ from proto.errors import RhaipoolError
 
 __all__ = [
     "HTTPError",
+    "InvalidName",
     "LimitReached",
     "RegionExists",
     "SecretsUnavailable",
@@ -68,6 +70,13 @@ class LimitReached(HTTPError):
         headers = {"Retry-After": "1"} if status == 429 else None
         super().__init__(status, f"{message} (quota {quota})", headers)
         self.quota = quota
+
+
+class InvalidName(HTTPError, ValueError):
+    """A name outside the rule: a 400 when a route raises it, a validation error inside a schema."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, message)
 
 
 class RegionExists(RhaipoolError):

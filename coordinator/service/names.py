@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final, Literal
 
-from coordinator.service.errors import HTTPError
+from coordinator.service.errors import InvalidName
 
 __all__ = ["MAX_NAME_CHARS", "NAME_PATTERN", "InvalidName", "NameKind", "check_name", "shown"]
 
@@ -22,13 +22,6 @@ _NAME: Final = re.compile(NAME_PATTERN)
 _SHOWN_CHARS: Final = 80
 
 NameKind = Literal["script", "region", "provider"]
-
-
-class InvalidName(HTTPError, ValueError):
-    """A name outside the rule: a 400 when a route raises it, a validation error inside a schema."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(400, message)
 
 
 def shown(text: str) -> str:

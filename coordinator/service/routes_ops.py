@@ -24,6 +24,7 @@ from coordinator.service.http import (
     service_of,
 )
 from coordinator.service.metrics import CONTENT_TYPE
+from coordinator.service.names import shown
 from coordinator.service.schemas import TenantToken
 
 __all__ = ["ROUTES", "status_document"]
@@ -140,7 +141,7 @@ async def admin_put_tenant(request: Request) -> Response:
     require_admin(request)
     tenant = request.path_params["tenant"]
     if not TENANT_ID.match(tenant):
-        raise HTTPError(400, f"Invalid tenant id '{tenant}': letters, digits, '.', '_' and '-' only")
+        raise HTTPError(400, f"Invalid tenant id '{shown(tenant)}': letters, digits, '.', '_' and '-' only")
     body = await parse_body(request, TenantToken)
     fresh = await service_of(request).put_tenant(tenant, body.token_sha256.lower())
     return reply({"tenant": tenant}, 201 if fresh else 200)
