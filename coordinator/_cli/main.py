@@ -267,8 +267,17 @@ def bench_tenants(ctx: click.Context) -> None:
     """A quiet tenant beside a flood and a crasher; coordinator RSS under floods; tenants at once.
 
     With --service: tenant B's p50/p99 through rhaipool serve, alone and beside each hostile-tenant
-    attack (coordinator.bench.service_tenants; --seconds, --workers, --only NAME, --json)."""
+    attack (coordinator.bench.service_tenants; --seconds, --workers, --only NAME, --json).
+    With --service --capacity: the most tenants, regions and scripts one service holds within its bounds
+    (coordinator.bench.service_capacity; --max-tenants, --max-rss-mib, --steps, --json)."""
     args = list(ctx.args)
+    if "--service" in args and "--capacity" in args:
+        args.remove("--service")
+        args.remove("--capacity")
+        from coordinator.bench.service_capacity import main as run_capacity
+
+        run_capacity(args)
+        return
     if "--service" in args:
         args.remove("--service")
         from coordinator.bench.service_tenants import main as run_service
