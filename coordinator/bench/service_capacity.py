@@ -43,6 +43,8 @@ ADMIN_TOKEN = "bench-capacity-admin"
 QUIET_TOKEN = "bench-capacity-quiet"
 MIB = 1 << 20
 STEPS = (10, 100, 1000, 3000)
+KINDS = ("tenant", "script", "region", "write")
+"""The requests that fill a tenant: its admin PUT, script PUTs, region opens, persistent writes."""
 B_HOOK = 'fn render(ctx) { ctx.entries.map(|e| e.content).reduce(|a, b| a + "|" + b, "") }'
 SERVE = """
 header_timeout_secs = 5
@@ -164,6 +166,7 @@ class Filler:
         self.shape = shape
         self.concurrency = concurrency
         self.local = threading.local()
+        self.latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
 
     def _client(self) -> httpx.Client:
         client: httpx.Client | None = getattr(self.local, "client", None)
@@ -171,36 +174,37 @@ class Filler:
             client = self.local.client = httpx.Client(base_url=self.url, timeout=120.0)
         return client
 
+    def _send(self, kind: str, method: str, path: str, body: dict[str, Any], token: str) -> None:
+        started = time.perf_counter()
+        response = self._client().request(
+            method, path, json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        self.latencies[kind].append(time.perf_counter() - started)  # list.append holds under threads
+        _must(response, f"{kind} {method} {path}")
+
     def add(self, i: int) -> None:
         """Tenant ``t{i}``: added, its scripts stored, its regions opened, its persistent ones written."""
-        http = self._client()
         token = _tenant_token(i)
-        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        own = {"Authorization": f"Bearer {token}"}
-        _must(
-            http.put(f"/api/admin/tenants/t{i}", json={"token_sha256": _sha(token)}, headers=admin),
-            f"tenant t{i}",
-        )
+        self._send("tenant", "PUT", f"/api/admin/tenants/t{i}", {"token_sha256": _sha(token)}, ADMIN_TOKEN)
         shape = self.shape
         for s in range(shape.max_scripts):
-            hook = f"// tenant {i} script {s}\n{B_HOOK}"
-            _must(http.put(f"/api/scripts/region_hook/s{s}", json={"content": hook}, headers=own), "script")
+            hook = {"content": f"// tenant {i} script {s}\n{B_HOOK}"}
+            self._send("script", "PUT", f"/api/scripts/region_hook/s{s}", hook, token)
         for r in range(shape.max_regions):
-            body = {
-                "name": f"r{r}",
-                "script": f"s{r % shape.max_scripts}",
-                "budget": 1000,
-                "persistent": r < shape.persistent,
-            }
-            _must(http.post("/api/regions", json=body, headers=own), f"t{i} region r{r}")
-            for e in range(shape.entries if r < shape.persistent else 0):
+            persistent = r < shape.persistent
+            region = {"name": f"r{r}", "script": f"s{r % shape.max_scripts}", "budget": 1000}
+            self._send("region", "POST", "/api/regions", {**region, "persistent": persistent}, token)
+            for e in range(shape.entries if persistent else 0):
                 entry = {"content": f"t{i} r{r} entry {e}", "tokens": 3}
-                _must(http.post(f"/api/regions/r{r}/write", json=entry, headers=own), f"t{i} r{r} write")
+                self._send("write", "POST", f"/api/regions/r{r}/write", entry, token)
 
-    def fill(self, first: int, last: int) -> None:
-        """Tenants ``first`` … ``last - 1``; :class:`Refused` or ``httpx.HTTPError`` at the first refusal."""
+    def fill(self, first: int, last: int) -> dict[str, float]:
+        """Tenants ``first`` … ``last - 1``: each kind of request's p50 (ms); :class:`Refused` or
+        ``httpx.HTTPError`` at the first refusal."""
+        self.latencies = {kind: [] for kind in KINDS}
         with ThreadPoolExecutor(self.concurrency) as pool:
             list(pool.map(self.add, range(first, last)))  # re-raises the first refusal
+        return {f"{kind}_p50_ms": percentile_ms(self.latencies[kind], 0.5) for kind in KINDS}
 
     def over_quota_refused(self, i: int) -> bool:
         """One region past tenant ``t{i}``'s quota is refused with a 4xx (the quota holds)."""
@@ -298,7 +302,7 @@ def run_benchmark(
             for target in steps:
                 started = time.perf_counter()
                 try:
-                    filler.fill(have, target)
+                    requests = filler.fill(have, target)
                 except (Refused, httpx.HTTPError) as exc:
                     stopped_by = f"refusal at step {target}: {type(exc).__name__}: {exc}"
                     break
@@ -308,7 +312,14 @@ def run_benchmark(
                 figures = quiet.measure(seconds, at_least=100)
                 held = filler.over_quota_refused(target - 1)
                 rows.append(
-                    {"tenants": target, "create_secs": created, "quota_held": held, **usage, **figures}
+                    {
+                        "tenants": target,
+                        "create_secs": created,
+                        "quota_held": held,
+                        **requests,
+                        **usage,
+                        **figures,
+                    }
                 )
                 rss = usage["serve_rss_mib"] + usage["workers_rss_mib"]
                 if rss > max_rss_mib:
@@ -375,6 +386,10 @@ def _print(report: dict[str, Any]) -> None:
             f"{row['database_mib']:7.1f} {row['p50_ms']:8.1f} {row['p50_ms'] / base['p50_ms']:5.2f} "
             f"{row['p99_ms']:8.1f} {row['p99_ms'] / base['p99_ms']:5.2f} {row['list_p50_ms']:9.1f} {quota:>5}"
         )
+    print("each step's requests, p50 ms: " + "; ".join(
+        f"{row['tenants']} tenants: " + ", ".join(f"{k} {row[k + '_p50_ms']:.1f}" for k in KINDS)
+        for row in report["steps"][1:]
+    ))  # fmt: skip
     print(f"stopped by: {report['stopped_by'] or 'nothing (every step within its bounds)'}")
     r = report["restart"]
     if r:
