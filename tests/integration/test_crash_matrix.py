@@ -186,7 +186,7 @@ def test_a_killer_beside_other_calls_is_found_by_running_suspects_alone() -> Non
         )
         async with Pool(config) as pool:
             # a region call beside the provider naps: a provider call's CPU (0.25 s) cannot grow its worker
-            # to the memory limit, a region call's (2 s) can (worker/engine.py CPU_SECONDS)
+            # to the memory limit, a region call's (8 s) can (worker/engine.py CPU_SECONDS)
             killer = await pool.load(SCRIPT, name="killer.rhai")
             napper = await pool.load("fn nap(s, v) { sleep(s); v }", name="napper.rhai", kind="provider")
             naps = [asyncio.ensure_future(pool.call(napper, "nap", 1.5, i, timeout=20)) for i in range(3)]
