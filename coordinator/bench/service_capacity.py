@@ -36,6 +36,7 @@ import httpx
 import psutil
 
 from coordinator.bench.measure import load_average, percentile_ms
+from proto.errors import RhaipoolError
 
 __all__ = ["main", "run_benchmark"]
 
@@ -77,7 +78,7 @@ class Shape:
     entries: int = 3
 
 
-class Refused(Exception):
+class _NotServed(RhaipoolError):
     """A request within the quotas was not answered 2xx (or not answered at all)."""
 
 
@@ -154,7 +155,7 @@ class Service:
 
 def _must(response: httpx.Response, what: str) -> httpx.Response:
     if response.status_code >= 300:
-        raise Refused(f"{what}: {response.status_code} {response.text[:200]}")
+        raise _NotServed(f"{what}: {response.status_code} {response.text[:200]}")
     return response
 
 
@@ -199,7 +200,7 @@ class Filler:
                 self._send("write", "POST", f"/api/regions/r{r}/write", entry, token)
 
     def fill(self, first: int, last: int) -> dict[str, float]:
-        """Tenants ``first`` … ``last - 1``: each kind of request's p50 (ms); :class:`Refused` or
+        """Tenants ``first`` … ``last - 1``: each kind of request's p50 (ms); :class:`_NotServed` or
         ``httpx.HTTPError`` at the first refusal."""
         self.latencies = {kind: [] for kind in KINDS}
         with ThreadPoolExecutor(self.concurrency) as pool:
@@ -303,7 +304,7 @@ def run_benchmark(
                 started = time.perf_counter()
                 try:
                     requests = filler.fill(have, target)
-                except (Refused, httpx.HTTPError) as exc:
+                except (_NotServed, httpx.HTTPError) as exc:
                     stopped_by = f"refusal at step {target}: {type(exc).__name__}: {exc}"
                     break
                 created = time.perf_counter() - started

@@ -171,16 +171,19 @@ class Service:
                 log.warning("config reload failed, keeping the last good configuration: %s", exc)
 
     def _apply_limits(self) -> None:
-        """Hand every tenant's pool and egress quotas to the pool and egress (start-up and reload)."""
+        """Hand the tenants' pool and egress quotas to the pool and egress (start-up, reload, a tenant
+        added): the defaults, and the tenants whose own table overrides them (costs those, not all)."""
         config = self.config
-        tenants = set(config.tenants) | set(self._api_tenants)
+        overrides = config.tenant_limits
         self.pool.set_tenant_quotas(
-            _pool_quotas(config.tenant_defaults), {t: _pool_quotas(config.limits(t)) for t in tenants}
+            _pool_quotas(config.tenant_defaults), {t: _pool_quotas(lim) for t, lim in overrides.items()}
         )
         self.egress.set_tenant_quotas(
-            _egress_quotas(config.tenant_defaults), {t: _egress_quotas(config.limits(t)) for t in tenants}
+            _egress_quotas(config.tenant_defaults), {t: _egress_quotas(lim) for t, lim in overrides.items()}
         )
-        limits = {t: config.limits(t) for t in sorted(tenants)}
+        everyone = config.tenant_defaults.dedicated_workers > 0  # then every tenant has workers of its own
+        tenants = sorted(set(config.tenants) | set(self._api_tenants)) if everyone else sorted(overrides)
+        limits = {t: config.limits(t) for t in tenants}
         dedicated = {t: lim.dedicated_workers for t, lim in limits.items() if lim.dedicated_workers}
         groups = {t: lim.node_group for t, lim in limits.items() if lim.node_group and t in dedicated}
         if (dedicated, groups) != self.pool.dedicated():
