@@ -47,7 +47,8 @@ thread is known to be busy (the coordinator does not wait for its heartbeat) and
 for a hook by default) already bounds its CPU, so its cap only matters under a longer deadline and
 leaves room for what the reference runs: a value built 5 000 deep by copying takes ~2.5 s.
 Allocating costs CPU too (page faults: ~1-2 ms per MB on a loaded machine), so these also bound how
-fast a call can grow its worker's memory; a region call can still reach a worker's memory limit, and is blamed for it."""
+fast a call can grow its worker's memory; a region call can still reach a worker's memory limit,
+and is blamed for it."""
 
 
 @dataclass(frozen=True, slots=True)
