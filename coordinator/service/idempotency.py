@@ -6,13 +6,15 @@ fingerprint of the request (method, path, query and body sha256). A later reques
 
 * the same request: the stored answer again, with ``Idempotent-Replayed: true``, and nothing runs;
 * another request: ``422`` (a key names one request);
-* while the first is still running: ``409`` (retry once it has answered).
+* while the first is still running: ``409`` (retry once it has answered);
+* after the first was cut short (the service stopped or was killed before it answered): ``409``
+  saying so: it may or may not have applied, so the client looks, then retries with a new key.
 
-Answers with a 5xx status are not stored (nothing was applied: the retry runs), nor are streams. Keys
-are kept for :data:`TTL_SECS`. The caller is the token's tenant (or the admin), so tenants' keys never
-meet. The answer is stored right after the request's own commit, in a second transaction: a crash
-between the two leaves the change applied and the key unknown, so that retry applies again — the one
-window left, documented in ``SECURITY.md``.
+The key is recorded (claimed) before the request runs and its answer after, so a request applies at
+most once per key even across a crash. Answers with a 5xx status release the key (nothing was
+applied: the retry runs), and so do streams and bodies over the size limit, whose answers are not
+kept. Keys are kept for :data:`TTL_SECS`. The caller is the token's tenant (or the admin), so
+tenants' keys never meet.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ TTL_SECS: Final = 24 * 3600.0
 _HEADER: Final = b"idempotency-key"
 _WRITES: Final = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 _KEPT_HEADERS: Final = frozenset({b"content-type", b"retry-after", b"location"})
+_CUT_SHORT: Final = (
+    "the request first sent with this Idempotency-Key was cut short (the service stopped before it "
+    "answered): it may or may not have applied; check, then retry with a new key"
+)
 
 
 def _json(status: int, error: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -84,34 +90,47 @@ class Idempotency:
             [scope["method"], scope["path"], scope.get("query_string", b"").decode("latin-1"),
              hashlib.sha256(body).hexdigest()]
         )  # fmt: skip
-        stored = await self.service.storage.idempotent_answer(caller, key)
-        if stored is not None:
-            request, status, headers, answer = stored
-            if request != fingerprint:
-                await _send(send, *_json(422, "this Idempotency-Key was used for another request"))
-                return
-            head = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(headers)]
-            await _send(send, status, [*head, (b"idempotent-replayed", b"true")], answer)
-            return
-        slot = (caller, key)
-        if slot in self._running:
-            await _send(send, *_json(409, "a request with this Idempotency-Key is still running"))
-            return
-        self._running.add(slot)
         try:
-            await self._first(scope, send, slot, fingerprint, body, more, receive)
-        finally:
-            self._running.discard(slot)
+            await self._answer(scope, receive, send, (caller, key), fingerprint, body, more)
+        except StorageFailed as exc:  # the key could not be read or claimed: nothing ran
+            await _send(send, *_json(exc.status, str(exc.error)))
 
-    async def _first(
+    async def _answer(
         self,
         scope: Scope,
+        receive: Receive,
         send: Send,
         slot: tuple[str, str],
         fingerprint: str,
         body: bytes,
         more: bool,
-        receive: Receive,
+    ) -> None:
+        storage = self.service.storage
+        stored = await storage.idempotent_answer(*slot)
+        if stored is None:
+            claimed = await storage.claim_idempotency_key(*slot, fingerprint, time.time() - TTL_SECS)
+            if claimed:
+                self._running.add(slot)
+                try:
+                    await self._first(scope, send, slot, body, more, receive)
+                finally:
+                    self._running.discard(slot)
+                return
+            stored = await storage.idempotent_answer(*slot)  # claimed by a concurrent request
+            assert stored is not None
+        request, status, headers, answer = stored
+        if request != fingerprint:
+            await _send(send, *_json(422, "this Idempotency-Key was used for another request"))
+        elif status == 0 and slot in self._running:
+            await _send(send, *_json(409, "a request with this Idempotency-Key is still running"))
+        elif status == 0:
+            await _send(send, *_json(409, _CUT_SHORT))
+        else:
+            head = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(headers)]
+            await _send(send, status, [*head, (b"idempotent-replayed", b"true")], answer)
+
+    async def _first(
+        self, scope: Scope, send: Send, slot: tuple[str, str], body: bytes, more: bool, receive: Receive
     ) -> None:
         replayed = [False]
 
@@ -135,19 +154,18 @@ class Idempotency:
 
         await self.app(scope, replay, capture)
         status = int(start.get("status", 500))
-        if status >= 500 or streaming[0] or more:
-            return
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in start.get("headers", ())
-            if k in _KEPT_HEADERS
-        ]
-        now = time.time()
+        storage = self.service.storage
         try:
-            await self.service.storage.save_idempotent_answer(
-                *slot, fingerprint, status, json.dumps(headers), b"".join(chunks), now - TTL_SECS
-            )
-        except StorageFailed as exc:  # answered already: a retry then runs again, as without a key
+            if status >= 500 or streaming[0] or more:
+                await storage.release_idempotency_key(*slot)
+                return
+            headers = [
+                (k.decode("latin-1"), v.decode("latin-1"))
+                for k, v in start.get("headers", ())
+                if k in _KEPT_HEADERS
+            ]
+            await storage.save_idempotent_answer(*slot, status, json.dumps(headers), b"".join(chunks))
+        except StorageFailed as exc:  # answered already: a retry gets the "cut short" 409
             log.warning("Idempotency-Key answer not stored: %s", exc.error)
 
 

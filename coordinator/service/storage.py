@@ -451,26 +451,36 @@ class Storage:
         )
         return None if found is None else (found[0], int(found[1]), found[2], bytes(found[3]))
 
-    async def save_idempotent_answer(
-        self,
-        tenant: str,
-        key: str,
-        request: str,
-        status: int,
-        headers: str,
-        body: bytes,
-        expire_before: float,
-    ) -> None:
-        """Remember the answer given for this key (and forget keys older than ``expire_before``)."""
+    async def claim_idempotency_key(self, tenant: str, key: str, request: str, expire_before: float) -> bool:
+        """Record that a request with this key starts (status 0: no answer yet), forgetting keys older
+        than ``expire_before``; False when the key is already recorded."""
 
-        def run(db: sqlite3.Connection) -> None:
+        def run(db: sqlite3.Connection) -> bool:
             db.execute("DELETE FROM idempotency WHERE created_at < ?", (expire_before,))
-            db.execute(
-                "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (tenant, key, request, status, headers, body, time.time()),
+            return (
+                db.execute(
+                    "INSERT OR IGNORE INTO idempotency VALUES (?, ?, ?, 0, '[]', x'', ?)",
+                    (tenant, key, request, time.time()),
+                ).rowcount
+                == 1
             )
 
-        await self._run(run, transaction=True)
+        return await self._run(run, transaction=True)
+
+    async def save_idempotent_answer(
+        self, tenant: str, key: str, status: int, headers: str, body: bytes
+    ) -> None:
+        """The answer given for a claimed key."""
+        await self._write(
+            "UPDATE idempotency SET status = ?, headers = ?, body = ? WHERE tenant = ? AND key = ?",
+            (status, headers, body, tenant, key),
+        )
+
+    async def release_idempotency_key(self, tenant: str, key: str) -> None:
+        """Forget a claimed key whose request applied nothing (a 5xx), so that a retry runs."""
+        await self._write(
+            "DELETE FROM idempotency WHERE tenant = ? AND key = ? AND status = 0", (tenant, key)
+        )
 
 
 def _insert_entries(

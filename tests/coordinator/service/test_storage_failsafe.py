@@ -103,6 +103,36 @@ def test_an_idempotency_key_applies_a_retried_write_once(tmp_path: Path) -> None
         assert service.stop() == 0
 
 
+def test_a_key_whose_first_request_was_cut_short_never_applies_twice(tmp_path: Path) -> None:
+    """The key is claimed before its request runs: a request a crash cut short (claimed, unanswered)
+    is never run again under that key, and the refusal says why; a 5xx releases the key."""
+    service = _start(tmp_path)
+    db = service.config.parent / "state" / "rhaipool.db"
+    url = f"{service.url}/api/regions/log/write"
+    with service.client("acme") as c:
+        c.put_script("region_hook", "log", HOOK)
+        c.create_region("log", script="log", budget=1000, persistent=True)
+    first = httpx.post(url, json={"content": "a", "tokens": 1}, headers={"Idempotency-Key": "k1", **AUTH})
+    assert first.status_code == 200
+    assert service.stop() == 0
+    with sqlite3.connect(db) as raw:  # what kill -9 between a commit and its answer leaves behind
+        raw.execute("UPDATE idempotency SET status = 0, body = x'' WHERE key = 'k1'")
+    service = _start(tmp_path)
+    url = f"{service.url}/api/regions/log/write"
+    try:
+        again = httpx.post(url, json={"content": "a", "tokens": 1}, headers={"Idempotency-Key": "k1", **AUTH})
+        assert again.status_code == 409 and "cut short" in again.text
+        missing = f"{service.url}/api/regions/nothing/write"
+        lost = httpx.post(missing, json={"content": "b"}, headers={"Idempotency-Key": "k2", **AUTH})
+        assert lost.status_code == 404  # a 4xx answer is kept: the same again
+        replay = httpx.post(missing, json={"content": "b"}, headers={"Idempotency-Key": "k2", **AUTH})
+        assert replay.status_code == 404 and replay.headers["idempotent-replayed"] == "true"
+        with service.client("acme") as c:
+            assert [e["content"] for e in c.get_region("log")["entries"]] == ["a"]
+    finally:
+        assert service.stop() == 0
+
+
 def test_rows_that_cannot_load_are_set_aside_and_the_rest_loads(tmp_path: Path) -> None:
     service = _start(tmp_path)
     db = service.config.parent / "state" / "rhaipool.db"
