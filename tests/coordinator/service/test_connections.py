@@ -446,7 +446,9 @@ def test_accept_errors_are_logged_once_per_interval(tmp_path: Path) -> None:
         assert wait_until(lambda: healthz(service) == 200, 30)
         log = service.log()
     reports = [line for line in log.splitlines() if "accept() failed" in line]
-    assert len(reports) == 2, log[-3000:]
+    # at least 14 s of failing accepts (hundreds of attempts): one report, then one per 10 s interval;
+    # a third only when connecting the 300 took the failures past 20 s on a loaded machine
+    assert 2 <= len(reports) <= 3, log[-3000:]
     assert "failed 1 time(s)" in reports[0] and "Too many open files" in reports[0]
     assert "descriptor limit 128" in reports[0]
     assert "failed 1 time(s)" not in reports[1]  # the second counts every attempt since the first
