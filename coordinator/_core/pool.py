@@ -16,6 +16,9 @@ Ownership: the supervisor owns each worker's process record, the dispatcher its 
 of.  The pool owns one TaskGroup: the ticker and every host-call task live in it, and ``aclose``
 ends them all.  Nothing here polls: waits are on ``Changes`` the owners notify.  The ROUTER is
 bound in a fresh 0700 directory.
+
+Past 400 lines: it is the public API (every documented method with its docstring), each a thin
+call into the dispatcher, supervisor or quota table.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ of a request within the quotas. The largest step reached is then restarted: time
 data (and the last tenant's) intact. Run with::
 
     rhaipool bench tenants --service --capacity [--max-tenants 3000] [--max-rss-mib 1024] [--json]
+
+Past 400 lines: a benchmark with its own service set-up, step driver, measurement and report.
 """
 
 from __future__ import annotations

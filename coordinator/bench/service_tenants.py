@@ -11,6 +11,8 @@ B's p50 and p99 and their ratios to the baseline, B's failed calls, what A's req
 and the coordinator's peak RSS, descriptors and database size. Run with::
 
     python -m coordinator.bench.service_tenants [--seconds 4] [--workers 2] [--only NAME] [--json]
+
+Past 400 lines: one phase per attack, each a few lines, plus the shared measurement and report.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ at every HELLO and, for each joined node, every half heartbeat: a node whose key
 is RESET and expired like a silent one (its calls settle by the delivery rules), within one heartbeat.
 Its old connection is useless from then on: every frame on it gets RESET and its HELLO is refused; a
 node that follows the protocol reconnects, and that handshake is refused.
+
+Past 400 lines: the coordinator's side of the node protocol (handshake, key checks, heartbeats,
+expiry) is one state machine whose handlers share its tables.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ edit on the next use without a restart (seed: "changing a base_url or an api_key
 A table may also come from elsewhere (a tenant's ``PUT /api/providers/{name}/config``):
 :func:`parse_provider_table` applies the same rules, refusing the operator-only keys for a
 tenant's own table, and :func:`redacted_table` is what may be shown of one (secret values masked).
+
+Past 400 lines: the one parser of every provider key (the file's and a tenant's JSON table), with
+the freezing that makes snapshots comparable and the redaction of secrets beside the keys they mask.
 """
 
 from __future__ import annotations

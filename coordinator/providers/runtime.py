@@ -14,6 +14,9 @@ Every entry point is bounded by the wall-clock cap ``call_timeout_secs`` (``wall
 takes ``tenant=`` (``"default"`` for single-user library use): each script call
 it makes -- ``initialize`` included -- is that tenant's pool call, so the fair queue, the tenant's
 caps and strikes apply, and log lines name it. Rate limits stay global per provider (SPEC §3.18).
+
+Past 400 lines: each entry point (inference, stream, count_tokens, list_models) with its retries,
+limits and wall-clock cap, sharing one attempt path.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ it (:class:`TenantScripts`) when its sha256 in the index changed, so nothing a t
 file. Every change commits first and then changes memory; a refusal (quota, storage) leaves both as
 they were. Tenants have one source of truth each: the config file's ``[tenants.<id>]`` tables, read-only
 here, or the database's rows that the admin API writes; a token outside the current set never works.
+
+Past 400 lines: it is the one place that holds a tenant's whole life (tokens, limits, scripts,
+provider tables, revocation); each section is short and splitting them would pass the same maps around.
 """
 
 from __future__ import annotations

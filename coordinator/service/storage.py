@@ -12,6 +12,9 @@ data. The schema is versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` o
 A persistent region is stored as one row per entry (``region_entries``, ordered by ``seq``), so a write
 costs what changed -- the new entry, the evicted ones -- not the whole region
 (:meth:`Storage.change_entries`).
+
+Past 400 lines because every statement the service runs is here, one short method each, so the
+schema and every query that depends on it read in one file.
 """
 
 from __future__ import annotations

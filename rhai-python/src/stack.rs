@@ -23,6 +23,9 @@
 //! provider calls gives the next ones `FLOOR_STACK`), or that is nested on another call's stack,
 //! runs with the operation budget the stack it runs on can hold (`operations_for_room`): its
 //! limits always match its stack, so no value it can build overflows it when freed.
+//!
+//! Past 400 lines: the stack sizing, the pool of stacks and the budget a smaller stack can hold are
+//! one piece of reasoning about the same numbers, kept together.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};

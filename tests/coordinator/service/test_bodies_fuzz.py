@@ -1,5 +1,5 @@
 """No body, path or token a client sends gets a 5xx or drops its keep-alive connection: every route of
-schemas.API against a real ``rhaipool serve``, with property-based bodies (any JSON, a valid body with
+openapi.API against a real ``rhaipool serve``, with property-based bodies (any JSON, a valid body with
 one key or value changed, raw bytes, and the hostile shapes that once answered 500) on one connection.
 
 A 503 is allowed only with ``Retry-After`` (the pool's backpressure is a retryable answer, not a fault).
@@ -22,7 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from service_support import ADMIN, TOKENS, ServiceProcess
 
 from coordinator._cli.demo import GROQ_SCRIPT
-from coordinator.service.schemas import API, Endpoint
+from coordinator.service.openapi import API, Endpoint
 
 HOOK = "fn render(ctx) { `n=${ctx.entries.len()}` }\nfn on_write(ctx) { true }"
 DEEP = b"[" * 100_000 + b"]" * 100_000

@@ -14,9 +14,13 @@ from starlette.routing import Route
 from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
 from coordinator.service.http import problem
 from coordinator.service.names import InvalidName, check_name
-from coordinator.service.schemas import (
+from coordinator.service.openapi import (
     API,
     FAILURES,
+    openapi_document,
+    openapi_text,
+)
+from coordinator.service.schemas import (
     OPENAPI_PATH,
     Assemble,
     CountTokens,
@@ -30,8 +34,6 @@ from coordinator.service.schemas import (
     ScriptValidate,
     TenantToken,
     WriteEntry,
-    openapi_document,
-    openapi_text,
 )
 
 BODIES: list[Any] = [
@@ -53,7 +55,7 @@ def _problem(schema: Any, raw: bytes | str) -> str:
 
 
 def test_the_checked_in_document_is_the_generated_one() -> None:
-    """Regenerate with ``.venv/bin/python -c 'from coordinator.service.schemas import write_openapi;
+    """Regenerate with ``.venv/bin/python -c 'from coordinator.service.openapi import write_openapi;
     write_openapi()'`` after changing a schema or a route."""
     assert OPENAPI_PATH.read_text(encoding="utf-8") == openapi_text()
 

@@ -1,5 +1,5 @@
 """The document tells the truth: every route's success reply from a real service validates against the
-reply schema schemas.API gives it (replies forbid undocumented keys), and so do the error replies."""
+reply schema openapi.API gives it (replies forbid undocumented keys), and so do the error replies."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pydantic import TypeAdapter
 from service_support import ADMIN, TOKENS, ServiceProcess
 
 from coordinator._cli.demo import GROQ_SCRIPT
-from coordinator.service.schemas import API, Endpoint, ErrorReply, ProviderErrorReply
+from coordinator.service.openapi import API, Endpoint
+from coordinator.service.schemas import ErrorReply, ProviderErrorReply
 
 HOOK = "fn render(ctx) { `n=${ctx.entries.len()}` }"
 PONG = {"model": "standin-small", "messages": [{"role": "user", "content": "Reply with exactly: PONG"}]}
