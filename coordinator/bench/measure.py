@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["CpuClock", "CpuSplit", "PeakSampler", "cpu_seconds", "load_average", "percentile_ms", "pss_bytes"]
+__all__ = [
+    "CpuClock",
+    "CpuSplit",
+    "PeakSampler",
+    "cpu_seconds",
+    "free_port",
+    "load_average",
+    "percentile_ms",
+    "pss_bytes",
+]
 
 
 def percentile_ms(seconds: list[float], q: float) -> float:
@@ -121,3 +131,10 @@ class PeakSampler:
             self.peak = max(self.peak, self.measure())
             self.cpu_seconds += time.process_time() - start
             await asyncio.sleep(self.interval)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a service a benchmark starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

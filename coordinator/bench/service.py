@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,7 +37,8 @@ from typing import Any
 import httpx
 import psutil
 
-from coordinator.bench.measure import cpu_seconds
+from coordinator.bench.measure import cpu_seconds, free_port
+from coordinator.service.auth import token_sha256
 
 __all__ = ["RawHttp", "Side", "main"]
 
@@ -188,10 +187,8 @@ class RawHttp:
 
 def _start_service(folder: Path, workers: int) -> tuple[subprocess.Popen[bytes], str, str]:
     token = secrets.token_urlsafe(16)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    sha = hashlib.sha256(token.encode()).hexdigest()
+    port = free_port()
+    sha = token_sha256(token)
     config = folder / "serve.toml"
     config.write_text(
         f'[serve]\nlisten = "127.0.0.1:{port}"\ndatabase = "b.db"\nworkers = {workers}\n'

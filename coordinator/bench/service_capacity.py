@@ -20,10 +20,8 @@ Past 400 lines: a benchmark with its own service set-up, step driver, measuremen
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +35,8 @@ from typing import Any
 import httpx
 import psutil
 
-from coordinator.bench.measure import load_average, percentile_ms
+from coordinator.bench.measure import free_port, load_average, percentile_ms
+from coordinator.service.auth import token_sha256
 from proto.errors import RhaipoolError
 
 __all__ = ["main", "run_benchmark"]
@@ -54,16 +53,6 @@ header_timeout_secs = 5
 idle_timeout_secs = 30
 max_connections_per_address = 512
 """
-
-
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tenant_token(i: int) -> str:
@@ -89,14 +78,15 @@ class Service:
 
     def __init__(self, folder: Path, workers: int, shape: Shape) -> None:
         self.folder = folder
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.database = folder / "capacity.db"
         (folder / "serve.toml").write_text(
             f'[serve]\nlisten = "127.0.0.1:{self.port}"\ndatabase = "{self.database.name}"\n'
-            f'admin_token_sha256 = "{_sha(ADMIN_TOKEN)}"\nworkers = {workers}\ngrace_secs = 5\n{SERVE}'
+            f'admin_token_sha256 = "{token_sha256(ADMIN_TOKEN)}"\n'
+            f"workers = {workers}\ngrace_secs = 5\n{SERVE}"
             f"[serve.tenant_defaults]\nmax_regions = {shape.max_regions}\nmax_scripts = {shape.max_scripts}\n"
-            f'[tenants.b]\ntoken_sha256 = "{_sha(QUIET_TOKEN)}"\n'
+            f'[tenants.b]\ntoken_sha256 = "{token_sha256(QUIET_TOKEN)}"\n'
         )
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -188,7 +178,9 @@ class Filler:
     def add(self, i: int) -> None:
         """Tenant ``t{i}``: added, its scripts stored, its regions opened, its persistent ones written."""
         token = _tenant_token(i)
-        self._send("tenant", "PUT", f"/api/admin/tenants/t{i}", {"token_sha256": _sha(token)}, ADMIN_TOKEN)
+        self._send(
+            "tenant", "PUT", f"/api/admin/tenants/t{i}", {"token_sha256": token_sha256(token)}, ADMIN_TOKEN
+        )
         shape = self.shape
         for s in range(shape.max_scripts):
             hook = {"content": f"// tenant {i} script {s}\n{B_HOOK}"}

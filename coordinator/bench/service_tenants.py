@@ -18,7 +18,6 @@ Past 400 lines: one phase per attack, each a few lines, plus the shared measurem
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import socket
@@ -36,8 +35,9 @@ import httpx
 import psutil
 
 from coordinator._cli.demo import GROQ_SCRIPT
-from coordinator.bench.measure import load_average, percentile_ms
+from coordinator.bench.measure import free_port, load_average, percentile_ms
 from coordinator.bench.standin import StandinServer
+from coordinator.service.auth import token_sha256
 
 __all__ = ["ATTACKS", "main", "run_benchmark"]
 
@@ -60,16 +60,6 @@ max_script_bytes = 2097152
 provider_call_secs = 5
 """
 """Bounds small enough that every attack reaches its quota within the run."""
-
-
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- tenant A's attacks, each run in a child process for about ``seconds`` ---------------------------
@@ -244,10 +234,10 @@ def _attack_main(name: str, url: str, seconds: float) -> None:
 
 
 def _start(folder: Path, workers: int, standin: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     tokens = {"b": QUIET_TOKEN} | {f"a{i}": attacker_token(name) for i, name in enumerate(ATTACKS)}
     tenants = "".join(
-        f'[tenants.{t}]\ntoken_sha256 = "{_sha(token)}"\nproviders = ["groq"]\n'
+        f'[tenants.{t}]\ntoken_sha256 = "{token_sha256(token)}"\nproviders = ["groq"]\n'
         for t, token in tokens.items()
     )
     groq = f'[model_providers.groq]\napi_key = "bench-key"\nbase_url = "{standin}"\n'
