@@ -156,7 +156,15 @@ class Placements:
                     continue
                 # A worker whose loop thread runs an inline call receives nothing until that call ends
                 # (up to a hook's deadline): a free loop beats a warm AST, which saves only a compile.
-                score = (bool(worker.inline), key not in worker.scripts, worker.threaded, len(worker.inline))
+                # So does a worker running no provider call: one that runs another tenant's CPU-bound
+                # script (up to its CPU bound) delays every call beside it, a compile costs ~1 ms once.
+                score = (
+                    bool(worker.inline),
+                    worker.threaded > 0,
+                    key not in worker.scripts,
+                    worker.threaded,
+                    len(worker.inline),
+                )
             if best_score is None or score < best_score:
                 best, best_score = worker, score
         return best
