@@ -234,6 +234,15 @@ def bench_service(ctx: click.Context) -> None:
     run(ctx.args)
 
 
+@bench.command("gateway", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_gateway(ctx: click.Context) -> None:
+    """Proxied inferences with wrk: nginx alone, the native and /v1 routes, LiteLLM (--help for options)."""
+    from coordinator.bench.gateway import main as run
+
+    run(ctx.args)
+
+
 @bench.command("nodes", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_nodes(ctx: click.Context) -> None:

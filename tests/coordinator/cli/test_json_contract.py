@@ -18,6 +18,7 @@ _BENCH = {
     "bench regions",
     "bench providers",
     "bench service",
+    "bench gateway",
     "bench binding",
     "bench pool",
     "bench nodes",
