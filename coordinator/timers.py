@@ -1,4 +1,7 @@
-"""``Deadlines``: many deadlines on one event-loop timer (the pool's attempts, egress's timeouts).
+"""``TimerHeap``: many deadlines on one event-loop timer (the pool's attempts, egress's timeouts).
+
+Named apart from ``coordinator._core.config.Deadlines`` (the pool's configured durations): a ``Timer``
+is one armed deadline, a ``TimerHeap`` holds many.
 
 A pool attempt arms its deadline when it starts and almost always disarms it microseconds later
 (its answer came); an inference's HTTP timeout and job bound likewise end with the answer.  A
@@ -7,7 +10,7 @@ comparisons, and the loop's own clean-up of cancelled handles; here a deadline i
 of our own, cancelled by a flag, and the loop holds one timer: for the earliest deadline still
 armed.  Expiry is as exact as ``call_at``'s (the same loop clock).
 
-A ``Deadlines`` belongs to the running loop it is used on and keeps no reference to it (it asks
+A ``TimerHeap`` belongs to the running loop it is used on and keeps no reference to it (it asks
 ``asyncio.get_running_loop()``), so one kept per loop in a weak mapping lets a closed loop go.
 Used by ``coordinator._core`` and ``coordinator.egress``, which may not import each other.
 """
@@ -22,7 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import Final, Generic, TypeVar
 
-__all__ = ["Deadline", "Deadlines"]
+__all__ = ["Timer", "TimerHeap"]
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +35,13 @@ _SLACK: Final = 64
 """Cancelled entries tolerated beyond the armed ones before the heap is rebuilt without them."""
 
 
-class Deadline(Generic[T]):
+class Timer(Generic[T]):
     """One armed deadline; ``cancel()`` disarms it (idempotent)."""
 
     __slots__ = ("_owner", "subject", "when")
 
-    def __init__(self, owner: Deadlines[T], subject: T, when: float) -> None:
-        self._owner: Deadlines[T] | None = owner
+    def __init__(self, owner: TimerHeap[T], subject: T, when: float) -> None:
+        self._owner: TimerHeap[T] | None = owner
         self.subject: T | None = subject
         self.when = when
 
@@ -52,12 +55,12 @@ class Deadline(Generic[T]):
         return self._owner is not None
 
 
-class Deadlines(Generic[T]):
-    """Deadlines of many subjects; ``expired(subject)`` runs on the loop as each one passes."""
+class TimerHeap(Generic[T]):
+    """The deadlines of many subjects; ``expired(subject)`` runs on the loop as each one passes."""
 
     def __init__(self, expired: Callable[[T], None]) -> None:
         self._expired = expired
-        self._heap: list[tuple[float, int, Deadline[T]]] = []
+        self._heap: list[tuple[float, int, Timer[T]]] = []
         self._order = itertools.count()
         self._armed = 0
         self._timer: weakref.ref[asyncio.TimerHandle] | None = None
@@ -66,16 +69,16 @@ class Deadlines(Generic[T]):
         self._timer_at = float("inf")
 
     def __len__(self) -> int:
-        """Deadlines armed now."""
+        """Timers armed now."""
         return self._armed
 
-    def arm(self, subject: T, delay: float) -> Deadline[T]:
+    def arm(self, subject: T, delay: float) -> Timer[T]:
         """``expired(subject)`` in ``delay`` seconds, unless the returned deadline is cancelled first."""
         return self.arm_at(subject, asyncio.get_running_loop().time() + delay)
 
-    def arm_at(self, subject: T, when: float) -> Deadline[T]:
+    def arm_at(self, subject: T, when: float) -> Timer[T]:
         """``expired(subject)`` once the loop's clock reaches ``when``, unless cancelled first."""
-        deadline = Deadline(self, subject, when)
+        deadline = Timer(self, subject, when)
         heapq.heappush(self._heap, (when, next(self._order), deadline))
         self._armed += 1
         if when < self._timer_at:
@@ -83,7 +86,7 @@ class Deadlines(Generic[T]):
         return deadline
 
     def disarmed(self) -> None:
-        """One deadline was cancelled (``Deadline.cancel``): drop the dead weight once it dominates."""
+        """One deadline was cancelled (``Timer.cancel``): drop the dead weight once it dominates."""
         self._armed -= 1
         heap = self._heap
         if len(heap) > 2 * self._armed + _SLACK:

@@ -23,14 +23,14 @@ from coordinator.errors import (
 )
 
 if TYPE_CHECKING:
-    from coordinator._core.calls import Call
+    from coordinator._core.calls import CallRecord
     from coordinator._core.quarantine import Quarantine
     from coordinator.errors import CallFailed
 
-__all__ = ["Admission"]
+__all__ = ["AdmissionControl"]
 
 
-class Admission:
+class AdmissionControl:
     """Per-tenant admission: quarantine, calls in flight, calls queued, CPU-seconds per minute."""
 
     def __init__(self, quotas: QuotaTable, quarantine: Quarantine) -> None:
@@ -39,7 +39,7 @@ class Admission:
         self._outstanding: dict[str, int] = {}
         """Calls of each tenant accepted and not yet settled (queued or at a worker)."""
 
-    def refuse(self, call: Call, now: float, placed: int) -> CallFailed | QuotaExceeded | None:
+    def refuse(self, call: CallRecord, now: float, placed: int) -> CallFailed | QuotaExceeded | None:
         """Why ``call`` may not enter the pool (``placed``: its tenant's calls at workers), or ``None``."""
         tenant = call.tenant
         quarantined = self._quarantine.check(call.handle.sha256, now, tenant=tenant)
@@ -74,10 +74,10 @@ class Admission:
         """``tenant``'s calls accepted and not yet settled (queued or at a worker)."""
         return self._outstanding.get(tenant, 0)
 
-    def admitted(self, call: Call) -> None:
+    def admitted(self, call: CallRecord) -> None:
         self._outstanding[call.tenant] = self._outstanding.get(call.tenant, 0) + 1
 
-    def settled(self, call: Call, now: float) -> None:
+    def settled(self, call: CallRecord, now: float) -> None:
         """``call`` ended: it no longer counts, and what it ran is charged to its tenant's CPU."""
         left = self._outstanding.get(call.tenant, 0) - 1
         if left <= 0:
@@ -88,7 +88,7 @@ class Admission:
             self.cpu.charge(call.tenant, self._cost(call), now)
 
     @staticmethod
-    def _cost(call: Call) -> float:
+    def _cost(call: CallRecord) -> float:
         """CPU the worker measured; for an inline call that ran into its deadline, the whole timeout
         (it held its worker's loop thread that long).  Other failures are charged nothing: the
         operation budget bounds what they spent, and a threaded call mostly waited on HTTP."""

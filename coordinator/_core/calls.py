@@ -1,7 +1,7 @@
-"""Call bookkeeping: a ``Call`` (what the caller asked), its ``Attempt``s (one per worker tried),
+"""Call bookkeeping: a ``CallRecord`` (what the caller asked), its ``Attempt``s (one per worker tried),
 the ``CallResult`` it ends with, and the ``CallStream`` a streaming caller iterates.
 
-A call is finished exactly once, by ``Call.finish``; later outcomes are ignored
+A call is finished exactly once, by ``CallRecord.finish``; later outcomes are ignored
 (and counted), so nothing is ever answered twice.
 
 Just past 400 lines: the four types share one lifetime (a call, its attempts, its result, its
@@ -28,15 +28,15 @@ if TYPE_CHECKING:
     from coordinator._core.handles import ScriptHandle
     from coordinator._core.streambudget import StreamBudget, StreamFlow
     from coordinator._core.workers import Placement
-    from coordinator.timers import Deadline
+    from coordinator.timers import Timer
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "MIN_ATTEMPT_TIME",
     "Attempt",
-    "Call",
     "CallEnded",
+    "CallRecord",
     "CallResult",
     "CallStream",
     "HostHandler",
@@ -60,23 +60,28 @@ class HostHandler(Protocol):
     SSE payload string is delivered to the script's callback, at most
     ``PoolConfig.stream_window`` un-acknowledged at a time.
 
-    ``sent`` is the call's record of side effects: ``True`` once a request made
-    for it may have left the machine.  Only the handler knows (an ``env_var``
-    or a request its policy refused sends nothing), and the pool re-runs a call
-    whose worker died only while it is ``False``.
-
-    An optional ``begin_attempt()`` is called as each attempt is sent (the first and every re-run):
-    a handler that records its requests serves a re-run from that record (``providers/journal.py``).
-    An optional ``start_call(name, args)`` returns ``call``'s outcome as a future, cancelling which
-    abandons the answer: the pool then needs no task per host call (``hostcalls.py``).
+    Every member is required; the pool runs each host call as a task of its own in its TaskGroup,
+    cancelled when the attempt ends (``coordinator._core.hostcalls``).
     """
 
     @property
-    def sent(self) -> bool: ...
+    def sent(self) -> bool:
+        """The call's record of side effects: ``True`` once a request made for it may have left the
+        machine.  Only the handler knows (an ``env_var`` or a request its policy refused sends
+        nothing), and the pool re-runs a call whose worker died only while it is ``False``."""
+        ...
 
-    async def call(self, name: str, args: list[Any]) -> Any: ...
+    def begin_attempt(self) -> None:
+        """An attempt of the call is sent (the first and every re-run): a handler that records its
+        requests serves a re-run from that record (``providers/journal.py``); others do nothing."""
 
-    def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]: ...
+    async def call(self, name: str, args: list[Any]) -> Any:
+        """Perform the unary host function ``name``; its value, or ``HostCallError`` for the script."""
+        ...
+
+    def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]:
+        """Serve ``stream_request``: the SSE payloads, in order."""
+        ...
 
 
 class Resident(Protocol):
@@ -247,7 +252,7 @@ class _Held:
 
 
 @dataclass(eq=False, slots=True)
-class Call:
+class CallRecord:
     """One request from a caller; ends exactly once with a ``CallResult`` or a ``CallFailed``."""
 
     id: int
@@ -271,9 +276,9 @@ class Call:
     """Its script is a suspect (``coordinator._core.isolation``): run it on a worker holding nothing else."""
     started_at: float | None = None
     """When its first attempt was sent (monotonic): ``started_at - enqueued_at`` is its queue wait."""
-    waiting: Deadline[Call] | None = None
+    waiting: Timer[CallRecord] | None = None
     """Its deadline while it waits in the queue to be re-run (disarmed as it is sent)."""
-    settle: Callable[[Call], None] | None = None
+    settle: Callable[[CallRecord], None] | None = None
     """Whoever keeps the books of calls (the dispatcher): told once ``future`` is done, through
     ``on_done``, or directly by the dispatcher as the answer arrives (``on_done`` then taken back)."""
     context: contextvars.Context | None = None
@@ -307,11 +312,8 @@ class Call:
 
     @property
     def side_effects(self) -> bool:
-        """A request of this call may have left the machine (its host handler's record).
-
-        A handler that keeps no record (no ``sent``, against the protocol) is assumed to have sent.
-        """
-        return self.host is not None and bool(getattr(self.host, "sent", True))
+        """A request of this call may have left the machine (its host handler's record)."""
+        return self.host is not None and self.host.sent
 
     def time_left(self, now: float) -> float:
         """Seconds of its ``timeout`` not yet used (the whole of it before its first start)."""
@@ -355,7 +357,7 @@ class Call:
 class Observers(list["Callable[[CallEnded], None]"]):
     """``Pool.observe``'s observers: told of every call's end; they must be quick and must not raise."""
 
-    def tell(self, call: Call) -> None:
+    def tell(self, call: CallRecord) -> None:
         """Tell each observer ``call`` ended; one that raises is logged, never allowed to break a call."""
         if not self:
             return
@@ -372,13 +374,13 @@ class Attempt:
     """One try of a call on one worker, under its own wire id."""
 
     wire_id: int
-    call: Call
+    call: CallRecord
     worker: Placement
     sent_at: float
     """When its CALL went out (``outcomes.reached``)."""
-    timer: Deadline[Attempt] | None = None
+    timer: Timer[Attempt] | None = None
     """Its call's deadline while it runs, then (answered at the deadline, still running) its kill grace."""
-    host_tasks: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+    host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     host_seq: int = 0
     """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""
     flow: StreamFlow | None = None

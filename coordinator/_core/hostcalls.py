@@ -1,10 +1,8 @@
 """The coordinator's side of brokered host calls: HOST_CALL in, the caller's handler runs, HOST_REPLY out.
 
-Each host call runs as a task in the pool's TaskGroup and is cancelled when its
-attempt ends (result, deadline, worker death).  A handler with the optional
-``start_call(name, args) -> Future`` hook (the provider runtime's) serves a unary
-call as a future instead, and its reply goes out from the future's done callback:
-no task per call on the hot path, the same cancellation.  ``stream_request`` payloads are
+Each host call runs as a task in the pool's TaskGroup (``HostHandler.call``, or ``stream``
+for ``stream_request``) and is cancelled when its attempt ends (result, deadline, worker
+death): one mechanism for every host call.  ``stream_request`` payloads are
 sent as HOST_CHUNK, at most ``window`` un-acknowledged (a semaphore released by
 the worker's CREDIT messages), so a slow script makes the handler wait instead of
 anything buffering without bound.
@@ -25,8 +23,8 @@ from proto import (
     HostCall,
     HostChunk,
     HostReply,
-    Message,
     ProtocolError,
+    WireMessage,
     encode,
 )
 
@@ -62,7 +60,7 @@ class HostBridge:
             self.start(attempt, msg)
         return None
 
-    def _send(self, attempt: Attempt, message: Message) -> bool:
+    def _send(self, attempt: Attempt, message: WireMessage) -> bool:
         if attempt.wire_id not in attempt.worker.attempts:
             return False
         try:
@@ -87,31 +85,9 @@ class HostBridge:
             return
         if msg.name in STREAMING_HOST_CALLS:
             attempt.host_credit[msg.hid] = asyncio.Semaphore(self._window)
-        else:
-            start_call = getattr(call.host, "start_call", None)  # optional HostHandler hook (calls.py)
-            if start_call is not None:
-                pending: asyncio.Future[Any] = start_call(msg.name, list(msg.args))
-                attempt.host_tasks[msg.hid] = pending
-                pending.add_done_callback(lambda done: self._answer(attempt, msg, done))
-                return
         task = self._spawn(self._serve(attempt, msg))
         attempt.host_tasks[msg.hid] = task
         task.add_done_callback(lambda _: attempt.host_tasks.pop(msg.hid, None))
-
-    def _answer(self, attempt: Attempt, msg: HostCall, done: asyncio.Future[Any]) -> None:
-        """The reply to a host call started as a future; nothing when its attempt ended (cancelled)."""
-        attempt.host_tasks.pop(msg.hid, None)
-        if done.cancelled():
-            return
-        error = done.exception()
-        if error is None:
-            reply = HostReply(msg.id, msg.hid, True, done.result())
-        elif isinstance(error, Exception):
-            reply = self._failed(msg, error)
-        else:  # a BaseException escaping a handler is the loop's business, as it was in a task
-            raise error
-        if not self._send(attempt, reply):
-            log.debug("host reply for ended call %d dropped", msg.id)
 
     @staticmethod
     def _failed(msg: HostCall, exc: Exception) -> HostReply:

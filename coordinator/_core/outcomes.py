@@ -41,10 +41,9 @@ from coordinator.errors import (
     WorkerLost,
 )
 from proto import Error, ErrorClass, KillReason, Op, Result
-from proto.frames import PlainResult
 
 if TYPE_CHECKING:
-    from coordinator._core.calls import Attempt, Call
+    from coordinator._core.calls import Attempt, CallRecord
     from coordinator._core.config import PoolConfig
     from coordinator._core.workers import Placement
 
@@ -67,7 +66,7 @@ __all__ = [
 _EXTERNAL = (-signal.SIGKILL, -signal.SIGTERM)
 
 
-def fields(call: Call, worker: Placement | None) -> dict[str, Any]:
+def fields(call: CallRecord, worker: Placement | None) -> dict[str, Any]:
     """The structured fields every ``CallFailed`` carries."""
     return {
         "call_id": call.id,
@@ -78,13 +77,13 @@ def fields(call: Call, worker: Placement | None) -> dict[str, Any]:
     }
 
 
-def from_result(call: Call, worker: Placement, msg: Result | PlainResult) -> CallResult:
+def from_result(call: CallRecord, worker: Placement, msg: Result) -> CallResult:
     return CallResult(
         msg.value, msg.wall, msg.cpu, msg.peak_rss, msg.ops, tuple(msg.output), worker.id, call.retries + 1
     )
 
 
-def from_error(call: Call, worker: Placement, msg: Error) -> CallFailed | LoadError:
+def from_error(call: CallRecord, worker: Placement, msg: Error) -> CallFailed | LoadError:
     """Map a wire ERROR to the coordinator's tree (a load's compile error is a ``LoadError``)."""
     if msg.cls == ErrorClass.COMPILE_ERROR and call.op == Op.LOAD:
         return CompileError(
@@ -120,7 +119,7 @@ def described_functions(value: Any) -> tuple[tuple[str, int], ...] | None:
     return tuple(sorted((name, arity) for name, arity in rows))
 
 
-def lying_worker(call: Call, worker: Placement, what: str) -> CallFailed:
+def lying_worker(call: CallRecord, worker: Placement, what: str) -> CallFailed:
     """A worker answered with nonsense: it is stopped, and the call fails as if it had crashed."""
     return WorkerCrashed(
         f"worker {worker.id} answered wrongly ({what}) and was stopped",
@@ -148,7 +147,7 @@ def blame(worker: Placement) -> tuple[Attempt | None, list[Attempt]]:
     if reason:
         if worker.kill_target is not None and reason.blames:
             return worker.kill_target, []
-        if reason is KillReason.HEARTBEAT_LOST and process.remote is not None:
+        if reason is KillReason.HEARTBEAT_LOST and not process.process.local:
             return None, running(worker)  # its node or the link may be what went silent: run apart
         if reason.blames and reason not in _BLAMES_THE_ONE_RUNNING:
             return None, running(worker)  # killed for a call we lost track of: all are suspects
@@ -165,7 +164,7 @@ def blame(worker: Placement) -> tuple[Attempt | None, list[Attempt]]:
     return None, suspects
 
 
-def timeout_error(call: Call, worker: Placement, *, frozen: bool = False) -> CallFailed:
+def timeout_error(call: CallRecord, worker: Placement, *, frozen: bool = False) -> CallFailed:
     """A call answered at its deadline while its worker still runs it (cancelled there; the worker is
     killed if it has not stopped within ``kill_grace``); ``frozen``: the worker is SIGSTOPped."""
     if frozen:
@@ -180,7 +179,7 @@ def timeout_error(call: Call, worker: Placement, *, frozen: bool = False) -> Cal
     )
 
 
-def death_error(call: Call, worker: Placement, *, blamed: bool, why_not_rerun: str = "") -> CallFailed:
+def death_error(call: CallRecord, worker: Placement, *, blamed: bool, why_not_rerun: str = "") -> CallFailed:
     """The error of a call whose worker died: blamed → its own failure, else ``WorkerLost``."""
     common, process = fields(call, worker), worker.process
     reason = process.exit_reason
@@ -205,7 +204,7 @@ def death_error(call: Call, worker: Placement, *, blamed: bool, why_not_rerun: s
     )
 
 
-def may_rerun(call: Call, max_retries: int, *, counts: bool = True) -> str:
+def may_rerun(call: CallRecord, max_retries: int, *, counts: bool = True) -> str:
     """Empty if an unblamed call may be re-run elsewhere, else why not.
 
     Side effects are what its host handler recorded (``HostHandler.sent``): an ``env_var`` or a
@@ -249,7 +248,7 @@ def after_death(
     return None
 
 
-def out_of_time(call: Call, worker: Placement | None) -> CallFailed:
+def out_of_time(call: CallRecord, worker: Placement | None) -> CallFailed:
     """An unblamed call that lost its worker (``None``: waited for a new one) after its ``timeout``."""
     if worker is None:
         lost, cause = "it waited for a worker to re-run it", "re-run waited too long"

@@ -29,7 +29,7 @@ from coordinator._core.dedicated import Owners
 from coordinator._core.workers import Placement, WorkerProcess, WorkerState
 
 if TYPE_CHECKING:
-    from coordinator._core.calls import Call
+    from coordinator._core.calls import CallRecord
     from coordinator._core.config import PoolConfig
     from coordinator._core.quarantine import Quarantine
     from coordinator._core.queue import FairQueue
@@ -62,7 +62,7 @@ class Placements:
     def add(self, process: WorkerProcess) -> None:
         """``process`` was promoted to ACTIVE."""
         self._by_identity.setdefault(process.identity, Placement(process))
-        self.owners.assign(process.identity, process.remote.group if process.remote is not None else "")
+        self.owners.assign(process.identity, process.process.group)
         self.refresh()
 
     def remove(self, process: WorkerProcess) -> Placement | None:
@@ -119,7 +119,7 @@ class Placements:
             for wire in [w for w, since in worker.zombies.items() if since < before]:
                 del worker.zombies[wire]
 
-    def pick(self, call: Call) -> Placement | None:
+    def pick(self, call: CallRecord) -> Placement | None:
         """The best ACTIVE worker for ``call`` now, or ``None`` if none has room (or its tenant is capped)."""
         tenant = call.tenant
         if self._capped(tenant):
@@ -235,7 +235,7 @@ class Placements:
         ):
             min(candidates, key=lambda w: len(w.attempts)).reserved = True
 
-    def apart_waiting(self, heads: list[Call]) -> bool:
+    def apart_waiting(self, heads: list[CallRecord]) -> bool:
         """Whether one of ``heads`` (the queue's, as ``FairQueue.head_list`` gives them) must run apart."""
         if not heads:
             return False

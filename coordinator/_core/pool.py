@@ -1,6 +1,6 @@
 """``Pool``: the asyncio API over supervisor, dispatcher and transport.
 
-    caller ──load/call/stream──▶ Pool ──Call──▶ Dispatcher ──CALL──▶ Router ══ipc══▶ workers
+    caller ──load/call/stream──▶ Pool ──CallRecord──▶ Dispatcher ──CALL──▶ Router ══ipc══▶ workers
        ▲                                          │ ▲                  │
        └──── value / CallStream / typed error ◀───┘ │   Pool._inbox ◀──┘ every message, once
                                                     │     ├─ READY, HEARTBEAT, GOODBYE ─▶ Supervisor
@@ -12,8 +12,9 @@
                                               dispatcher (queue wait, re-runs out of time)
 
 Ownership: the supervisor owns each worker's process record, the dispatcher its placement record
-(``coordinator._core.workers``); the dispatcher is built with the supervisor it is the ``Events``
-of.  The pool owns one TaskGroup: the ticker and every host-call task live in it, and ``aclose``
+(``coordinator._core.workers``).  The supervisor is built first and handed to the dispatcher, which
+attaches itself as its ``Events``; ``statistics()`` reads each one's frozen snapshot.  The pool
+owns one TaskGroup: the ticker, every host-call task and a fleet's tasks live in it, and ``aclose``
 ends them all.  Nothing here polls: waits are on ``Changes`` the owners notify.  The ROUTER is
 bound in a fresh 0700 directory.
 
@@ -36,13 +37,21 @@ from types import TracebackType
 from typing import Any, Literal
 
 from coordinator._core import outcomes
-from coordinator._core.calls import Call, CallEnded, CallResult, CallStream, HostHandler, Observers, Resident
+from coordinator._core.calls import (
+    CallEnded,
+    CallRecord,
+    CallResult,
+    CallStream,
+    HostHandler,
+    Observers,
+    Resident,
+)
 from coordinator._core.config import PoolConfig, TenantQuotas
 from coordinator._core.dispatcher import Dispatcher
 from coordinator._core.fleet import Fleet
 from coordinator._core.handles import ScriptHandle, sha256_of
 from coordinator._core.quotas import QuotaTable, ScriptBook
-from coordinator._core.supervisor import Events, Supervisor
+from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.workers import WorkerProcess, WorkerState
 from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
@@ -145,15 +154,16 @@ class Pool:
         self._router = Router(self.endpoint, self._inbox)
         self._tasks = asyncio.TaskGroup()
         await self._tasks.__aenter__()
-        self._dispatcher = Dispatcher(self.config, self._router, self._spawn, self._supervise, self._quotas)
-        self._supervisor = self._dispatcher.supervisor
-        self._dispatcher.observers = self._observers
+        self._supervisor = Supervisor(self.config, self.endpoint, self._workdir, self._send_shutdown)
+        self._dispatcher = Dispatcher(
+            self.config, self._router, self._supervisor, self._spawn, self._quotas, self._observers
+        )
         self._router.start(asyncio.get_running_loop())
         self._ticker = self._tasks.create_task(self._tick_forever())
         self._supervisor.rebalance()
         try:
             if self._nodes is not None:
-                await self._nodes.start(self._router, self._supervisor, self.config)
+                await self._nodes.start(self._router, self._supervisor, self.config, self._spawn)
             await self.wait_ready(self.config.deadlines.spawn)
         except BaseException:
             await self.__aexit__(None, None, None)
@@ -168,9 +178,6 @@ class Pool:
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         assert self._tasks is not None
         return self._tasks.create_task(coro)
-
-    def _supervise(self, events: Events) -> Supervisor:
-        return Supervisor(self.config, self.endpoint, self._workdir, self._send_shutdown, events)
 
     def _inbox(self, identity: bytes, message: Any) -> None:
         """Every message from a worker arrives here once and goes to its owner (module docstring)."""
@@ -228,8 +235,7 @@ class Pool:
         The script counts against the tenant's loaded-script quotas (``ScriptQuotaExceeded``).
         """
         sha, size = sha256_of(source), len(source.encode("utf-8", "surrogatepass"))
-        running = self._dispatcher.inflight.values()
-        busy = {(c.handle.kind, c.handle.sha256) for c in running if c.tenant == tenant}
+        busy = self._dispatcher.scripts_running().get(tenant, set())
         self._scripts.make_room(tenant, (kind, sha), size, busy)
         handle = self._scripts.lookup((kind, sha), name)
         if handle is None:
@@ -300,14 +306,14 @@ class Pool:
     def _new_call(
         self, handle: ScriptHandle, op: Op, fn: str, args: list[Any], timeout: float | None, tenant: str,
         host: HostHandler | None, stream: CallStream | None = None,
-    ) -> Call:  # fmt: skip
+    ) -> CallRecord:  # fmt: skip
         if self._closed or self._tasks is None:
             raise PoolClosed(
                 "the pool is closed" if self._closed else "the pool is not started (use async with)"
             )
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
         budget = self.config.deadlines.call if timeout is None else float(timeout)
-        return Call(next(self._ids), handle, op, fn, args, budget, tenant, future, host, stream)
+        return CallRecord(next(self._ids), handle, op, fn, args, budget, tenant, future, host, stream)
 
     async def _run(
         self, handle: ScriptHandle, op: Op, fn: str, args: list[Any], timeout: float | None, tenant: str,
@@ -323,7 +329,7 @@ class Pool:
     def _start(
         self, handle: ScriptHandle, op: Op, fn: str, args: list[Any], timeout: float | None, tenant: str,
         host: HostHandler | None, resident: Resident | None,
-    ) -> Call:  # fmt: skip
+    ) -> CallRecord:  # fmt: skip
         """Build and submit the call ``_run`` (and ``call``) then wait for: the caller's future is its end."""
         if resident is not None and (handle.kind != "region" or not args or type(args[0]) is not dict):
             raise ValueError("resident= needs a region script and a map as first argument")
@@ -344,11 +350,7 @@ class Pool:
         running; a forgotten script's handle still works).  Call it on the pool's event loop.
         """
         self._quotas.replace(default, per_tenant)
-        busy: dict[str, set[tuple[str, str]]] = {}
-        if self._tasks is not None:
-            for call in self._dispatcher.inflight.values():
-                busy.setdefault(call.tenant, set()).add((call.handle.kind, call.handle.sha256))
-        self._scripts.trim(busy)
+        self._scripts.trim(self._dispatcher.scripts_running() if self._tasks is not None else {})
         if self._tasks is not None and not self._closed:
             self._dispatcher.pump()
 
@@ -414,17 +416,13 @@ class Pool:
         return infos
 
     def statistics(self) -> PoolStatistics:
-        d, s = self._dispatcher, self._supervisor
-        queued, quarantined = d.counts
-        queued_by_tenant, inflight_by_tenant = d.tenant_counts()
-        states: dict[str, int] = {}
-        for w in s.workers.values():
-            states[w.state.value] = states.get(w.state.value, 0) + 1
+        """The pool's counters now, as one immutable snapshot (the dispatcher's and the supervisor's)."""
+        d, s = self._dispatcher.statistics(), self._supervisor.statistics()
         return PoolStatistics(
-            states, queued, len(d.inflight), d.ok, d.failed, d.retries, d.dropped,
-            d.protocol_errors, s.spawned, s.exits, dict(s.exit_reasons), quarantined,
-            stream_bytes=d.streams.held, stream_bytes_peak=d.streams.peak,
-            queued_by_tenant=queued_by_tenant, inflight_by_tenant=inflight_by_tenant,
+            s.workers, d.queued, d.inflight, d.ok, d.failed, d.retries, d.dropped, d.protocol_errors,
+            s.spawned, s.exits, s.exit_reasons, d.quarantined,
+            stream_bytes=d.stream_bytes, stream_bytes_peak=d.stream_bytes_peak,
+            queued_by_tenant=d.queued_by_tenant, inflight_by_tenant=d.inflight_by_tenant,
         )  # fmt: skip
 
     async def aclose(self) -> None:
@@ -433,10 +431,8 @@ class Pool:
         if self._closed or self._tasks is None:
             return
         self._closed = True
-        self._dispatcher.closing = True
-        dispatcher = self._dispatcher
-        grace = self.config.deadlines.shutdown_grace
-        await dispatcher.settled.wait_until(lambda: not dispatcher.inflight, grace)
+        self._dispatcher.stop_accepting()
+        await self._dispatcher.wait_settled(self.config.deadlines.shutdown_grace)
         self._dispatcher.close(lambda: Cancelled("the pool was closed before the call finished"))
         await self._supervisor.aclose()
         if self._nodes is not None:

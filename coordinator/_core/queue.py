@@ -13,7 +13,7 @@ from collections.abc import Iterator, KeysView
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coordinator._core.calls import Call
+    from coordinator._core.calls import CallRecord
 
 __all__ = ["FairQueue"]
 
@@ -22,16 +22,16 @@ class FairQueue:
     """Per-tenant FIFOs visited in rotation; ``len`` is the total across tenants."""
 
     def __init__(self) -> None:
-        self._tenants: OrderedDict[str, deque[Call]] = OrderedDict()
+        self._tenants: OrderedDict[str, deque[CallRecord]] = OrderedDict()
         self._size = 0
-        self._front: dict[int, Call] = {}
+        self._front: dict[int, CallRecord] = {}
         """Calls put back at the front (re-runs), by ``id``: the only queued calls whose timeout may
         already be running, so the periodic sweep looks at these instead of the whole queue."""
 
     def __len__(self) -> int:
         return self._size
 
-    def push(self, call: Call, *, front: bool = False) -> None:
+    def push(self, call: CallRecord, *, front: bool = False) -> None:
         fifo = self._tenants.get(call.tenant)
         if fifo is None:
             fifo = self._tenants[call.tenant] = deque()
@@ -43,7 +43,7 @@ class FairQueue:
             fifo.append(call)
         self._size += 1
 
-    def __iter__(self) -> Iterator[Call]:
+    def __iter__(self) -> Iterator[CallRecord]:
         """Every queued call, tenant by tenant."""
         for fifo in list(self._tenants.values()):
             yield from list(fifo)
@@ -56,20 +56,20 @@ class FairQueue:
         """The tenants with calls waiting (a live view)."""
         return self._tenants.keys()
 
-    def heads(self) -> Iterator[Call]:
+    def heads(self) -> Iterator[CallRecord]:
         """Each tenant's oldest call, in rotation order (the next tenant to serve first); a snapshot, so
         the queue may change while it is iterated."""
         return iter(self.head_list())
 
-    def head_list(self) -> list[Call]:
+    def head_list(self) -> list[CallRecord]:
         """``heads`` as a list (the dispatcher's pump keeps it to decide on reservations too)."""
         return [fifo[0] for fifo in self._tenants.values() if fifo]
 
-    def put_back(self) -> list[Call]:
+    def put_back(self) -> list[CallRecord]:
         """The calls still waiting that were pushed with ``front=True`` (re-runs), oldest push first."""
         return list(self._front.values())
 
-    def pop(self, call: Call) -> None:
+    def pop(self, call: CallRecord) -> None:
         """Remove ``call`` (normally a head just placed) and move its tenant to the back of the rotation."""
         if self._front:
             self._front.pop(id(call), None)
@@ -84,7 +84,7 @@ class FairQueue:
         else:
             del self._tenants[call.tenant]
 
-    def push_out_for(self, tenant: str) -> Call | None:
+    def push_out_for(self, tenant: str) -> CallRecord | None:
         """(Queue full) remove and return the newest call of the tenant holding the most calls, if that
         tenant holds more than ``tenant`` would after its own push; else ``None`` (refuse the newcomer)."""
         own = len(self._tenants.get(tenant, ()))

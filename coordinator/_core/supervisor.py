@@ -14,10 +14,12 @@ every promotion and every exit and settle the calls, and answer the two question
 them (is a worker idle, is its loop thread busy with a call).  Kill policy: SHUTDOWN,
 ``shutdown_grace`` seconds, then SIGKILL (workers have no children of their own).
 
-Remote workers (run by a node on another machine, ``coordinator.nodes``) are ``adopt``ed with a
-``RemoteProcess`` in place of the ``Popen``: the node reports their exit (``exited``) and memory, and
-a kill is a message to it.  They are promoted as soon as READY, are not counted in ``workers`` or
-``spares`` (their node keeps its own number running) and are not recycled here.
+Every worker's process is a ``coordinator._core.processes.Process`` (kill, alive, memory, stopped):
+a local one is spawned here (``worker_command``, ``LocalProcess``) and reaped through its pidfd.
+Remote workers (run by a node on another machine, ``coordinator.nodes``) are ``adopt``ed instead: the
+node reports their exit (``exited``) and memory, and a kill is a message to it.  They are promoted as
+soon as READY, are not counted in ``workers`` or ``spares`` (``Process.local``: their node keeps its
+own number running) and are not recycled here.
 
 Just past 400 lines: a process's whole life (spawn, watch, kill, reap, replace) is one state machine,
 and its transitions read best in one place.
@@ -26,38 +28,37 @@ and its transitions read best in one place.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import secrets
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final, Protocol
 
-import psutil
-
 from coordinator._core.config import PoolConfig
+from coordinator._core.processes import LocalProcess, Process, worker_args, worker_command
 from coordinator._core.waiting import Changes
-from coordinator._core.workers import RemoteProcess, WorkerProcess, WorkerState, describe_exit
+from coordinator._core.workers import WorkerProcess, WorkerState, describe_exit
 from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, KillReason, Ready
 
-__all__ = ["WORKER_ENV", "Events", "Supervisor"]
+__all__ = ["Events", "Supervisor", "SupervisorStatistics"]
 
 log = logging.getLogger(__name__)
 
 _STDERR_TAIL: Final = 4096
-WORKER_ENV: Final = {  # the whole environment of a worker (a node starts its own with it too)
-    "PATH": "/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "MALLOC_ARENA_MAX": "2",
-    # The binding allocates with mimalloc, which reserves 1 GiB of address space at start-up by default:
-    # under the worker's RLIMIT_AS that reservation would crowd out the call stacks of concurrent calls.
-    "MIMALLOC_ARENA_RESERVE": "64MiB",
-}
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorStatistics:
+    """The supervisor's counters at one moment (``Supervisor.statistics``)."""
+
+    workers: dict[str, int]
+    """Processes by state (``WorkerState`` values; states with none left out)."""
+    spawned: int
+    exits: int
+    exit_reasons: dict[str, int]
+    """Exits by kill reason, ``goodbye`` or ``crash``."""
+    spawn_failures: int
 
 
 class Events(Protocol):
@@ -79,67 +80,60 @@ class Events(Protocol):
 
 
 class Supervisor:
-    """Keeps ``config.worker_count`` workers ACTIVE and ``config.spares`` READY in reserve."""
+    """Keeps ``config.worker_count`` workers ACTIVE and ``config.spares`` READY in reserve.
+
+    Built first; the owner of the calls attaches itself as its ``Events`` (``attach``) before the first
+    worker is started (``rebalance``)."""
 
     def __init__(
-        self, config: PoolConfig, endpoint: str, workdir: str, send_shutdown: Callable[[WorkerProcess], bool],
-        events: Events,
-    ) -> None:  # fmt: skip
+        self, config: PoolConfig, endpoint: str, workdir: str, send_shutdown: Callable[[WorkerProcess], bool]
+    ) -> None:
         self._config, self._endpoint, self._workdir = config, endpoint, workdir
-        self._send_shutdown, self._events = send_shutdown, events
+        self._send_shutdown = send_shutdown
+        self._events: Events
         self._loop = asyncio.get_running_loop()
+        self._args = worker_args(config)
         self.changes = Changes()
         """Notified whenever a worker changes state or exits (``Pool.wait_ready``, ``aclose``)."""
         self.workers: dict[bytes, WorkerProcess] = {}
         self.closing = False
-        self.spawned = self.exits = self.spawn_failures = 0
-        self.exit_reasons: dict[str, int] = {}
+        self._spawned = self._exits = self._spawn_failures = 0
+        self._exit_reasons: dict[str, int] = {}
         self._failing_since = 0
         self._next_spawn = 0.0
 
-    # -- spawning ------------------------------------------------------------
-    def _command(self, identity: bytes) -> list[str]:
-        limits, deadlines = self._config.limits, self._config.deadlines
-        cmd = [
-            sys.executable,
-            "-I",
-            "-m",
-            "worker",
-            "--connect",
-            self._endpoint,
-            "--identity",
-            identity.hex(),
-        ]
-        cmd += ["--parent-pid", str(os.getpid()), "--memory-bytes", str(limits.memory_bytes)]
-        cmd += ["--cpu-seconds", str(limits.cpu_seconds), "--open-files", str(limits.open_files)]
-        cmd += ["--file-size", str(limits.file_size), "--heartbeat", str(deadlines.heartbeat)]
-        cmd += ["--capacity", str(self._config.provider_capacity)]
-        cmd += ["--resident-lists", str(self._config.resident_max_lists)]
-        cmd += ["--resident-bytes", str(self._config.resident_max_bytes)]
-        return cmd + (["--probe"] if self._config.probe else [])
+    def attach(self, events: Events) -> None:
+        """``events`` (the dispatcher) hears of every promotion and exit from now on."""
+        self._events = events
 
+    def statistics(self) -> SupervisorStatistics:
+        states: dict[str, int] = {}
+        for w in self.workers.values():
+            states[w.state.value] = states.get(w.state.value, 0) + 1
+        return SupervisorStatistics(
+            states, self._spawned, self._exits, dict(self._exit_reasons), self._spawn_failures
+        )
+
+    # -- spawning ------------------------------------------------------------
     def spawn(self) -> WorkerProcess | None:
         identity = secrets.token_bytes(8)
+        command = worker_command(self._endpoint, identity, self._args, probe=self._config.probe)
         try:
-            process = subprocess.Popen(
-                self._command(identity), env=dict(WORKER_ENV), cwd=self._workdir, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True,
-                # not in the coordinator's process group: no group signal reaches both
-                start_new_session=True,
-            )  # fmt: skip
+            process = LocalProcess.start(command, self._workdir)
         except OSError as exc:
             log.error("cannot start a worker: %s", exc)
-            self.spawn_failures += 1
+            self._spawn_failures += 1
             return None
+        worker = self._record(identity, process)
+        self._loop.add_reader(process.pidfd, self._guarded, self._on_exit, worker)
+        self._loop.add_reader(process.stderr_fd, self._guarded, self._on_stderr, worker)
+        return worker
+
+    def _record(self, identity: bytes, process: Process) -> WorkerProcess:
         now = time.monotonic()
         worker = WorkerProcess(identity.hex()[:8], identity, process, now, last_seen=now)
-        worker.pidfd = os.pidfd_open(process.pid)
-        self._loop.add_reader(worker.pidfd, self._guarded, self._on_exit, worker)
-        assert process.stderr is not None
-        os.set_blocking(process.stderr.fileno(), False)
-        self._loop.add_reader(process.stderr.fileno(), self._guarded, self._on_stderr, worker)
         self.workers[identity] = worker
-        self.spawned += 1
+        self._spawned += 1
         return worker
 
     @staticmethod
@@ -150,29 +144,27 @@ class Supervisor:
             log.exception("supervising worker %s failed", worker.id)
 
     def _on_stderr(self, worker: WorkerProcess) -> None:
-        assert worker.process.stderr is not None
-        fd = worker.process.stderr.fileno()
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
+        process = worker.process
+        assert isinstance(process, LocalProcess)
+        data = process.read_output()
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
-            self._loop.remove_reader(fd)
+            self._loop.remove_reader(process.stderr_fd)
             return
         worker.stderr_tail += data
         del worker.stderr_tail[:-_STDERR_TAIL]
 
     def _on_exit(self, worker: WorkerProcess) -> None:
-        self._loop.remove_reader(worker.pidfd)
-        os.close(worker.pidfd)
-        returncode = worker.process.wait()
-        if worker.process.stderr is not None:
-            with contextlib.suppress(OSError):
-                self._on_stderr(worker)  # read what is left, then close
-            self._loop.remove_reader(worker.process.stderr.fileno())
-            worker.process.stderr.close()
+        process = worker.process
+        assert isinstance(process, LocalProcess)
+        self._loop.remove_reader(process.pidfd)
+        returncode = process.reap()
+        while data := process.read_output():  # what is left, then close
+            worker.stderr_tail += data
+        del worker.stderr_tail[:-_STDERR_TAIL]
+        self._loop.remove_reader(process.stderr_fd)
+        process.close_output()
         self.exited(worker, returncode)
 
     def exited(self, worker: WorkerProcess, returncode: int | None) -> None:
@@ -181,11 +173,11 @@ class Supervisor:
         was_ready = worker.ready_at > 0
         worker.state = WorkerState.DEAD
         worker.exit_reason = self.exit_reason(worker, returncode)
-        self.exits += 1
+        self._exits += 1
         key = worker.kill_reason.value if worker.kill_reason else ("goodbye" if worker.goodbye else "crash")
-        self.exit_reasons[key] = self.exit_reasons.get(key, 0) + 1
-        if not was_ready and not self.closing and worker.remote is None:  # a node paces its own
-            self.spawn_failures += 1
+        self._exit_reasons[key] = self._exit_reasons.get(key, 0) + 1
+        if not was_ready and not self.closing and worker.process.local:  # a node paces its own
+            self._spawn_failures += 1
             self._failing_since += 1
             self._next_spawn = time.monotonic() + min(5.0, 0.05 * 2**self._failing_since)
             log.warning("worker %s exited before READY: %s", worker.id, worker.exit_reason)
@@ -208,18 +200,14 @@ class Supervisor:
             text += f"; stderr: {(telling or lines)[-1][:200]}"
         return text
 
-    def adopt(self, identity: bytes, process: RemoteProcess) -> WorkerProcess:
+    def adopt(self, identity: bytes, process: Process) -> WorkerProcess:
         """A node started a worker for this pool: supervise it like a local one until its node reports
         its exit.
 
         Remote workers are not counted in ``workers``/``spares`` (their node keeps its own number
         running) and are promoted to ACTIVE as soon as they are READY.
         """
-        now = time.monotonic()
-        worker = WorkerProcess(identity.hex()[:8], identity, process, now, last_seen=now)
-        self.workers[identity] = worker
-        self.spawned += 1
-        return worker
+        return self._record(identity, process)
 
     def drain(self, worker: WorkerProcess) -> None:
         """Place nothing new on ``worker``; SHUTDOWN it once it holds no call (its node is leaving)."""
@@ -260,7 +248,7 @@ class Supervisor:
 
     def _count(self, *states: WorkerState) -> int:
         """Local workers in ``states`` (the pool sizes only its own processes)."""
-        return sum(1 for w in self.workers.values() if w.state in states and w.remote is None)
+        return sum(1 for w in self.workers.values() if w.state in states and w.process.local)
 
     def rebalance(self) -> None:
         """Promote spares to fill ACTIVE slots, then start processes until spares are warm again."""
@@ -269,7 +257,7 @@ class Supervisor:
         for worker in self.workers.values():
             if worker.state is not WorkerState.SPARE or not self.alive(worker):
                 continue
-            if worker.remote is None and self._count(WorkerState.ACTIVE) >= self._config.worker_count:
+            if worker.process.local and self._count(WorkerState.ACTIVE) >= self._config.worker_count:
                 continue  # remote workers are not counted: their node keeps its own number running
             worker.state = WorkerState.ACTIVE
             self._events.worker_ready(worker)
@@ -292,11 +280,7 @@ class Supervisor:
         first = not worker.kill_reason
         if first:
             worker.kill_reason = reason
-        if worker.remote is not None:
-            worker.remote.kill()
-            return first
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, signal.SIGKILL)
+        worker.process.kill()
         return first
 
     def alive(self, worker: WorkerProcess) -> bool:
@@ -306,13 +290,7 @@ class Supervisor:
         """
         if worker.state is WorkerState.DEAD:
             return False
-        if worker.remote is not None:
-            return True  # its node reports the exit
-        try:
-            exited = os.waitid(os.P_PIDFD, worker.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            exited = None
-        if exited is None:
+        if worker.process.alive():
             return True
         worker.state = WorkerState.DEAD
         return False
@@ -325,12 +303,7 @@ class Supervisor:
 
     def is_stopped(self, worker: WorkerProcess) -> bool:
         """A SIGSTOPped worker is frozen by someone else: its calls did not cause their deadline."""
-        if worker.remote is not None:
-            return False
-        try:
-            return bool(psutil.Process(worker.pid).status() == psutil.STATUS_STOPPED)
-        except psutil.Error:
-            return False
+        return worker.process.stopped()
 
     def tick(self, now: float) -> None:
         """Periodic checks: spawn timeouts, liveness, memory, recycling, SHUTDOWN grace."""
@@ -348,7 +321,7 @@ class Supervisor:
                 self.kill(worker, KillReason.FROZEN if self.is_stopped(worker) else KillReason.HEARTBEAT_LOST)
             if (
                 worker.state is WorkerState.ACTIVE
-                and worker.remote is None
+                and worker.process.local  # a node recycles its own
                 and (
                     worker.calls >= recycling.max_calls
                     or now - worker.ready_at >= recycling.max_age
@@ -362,13 +335,10 @@ class Supervisor:
         """psutil watchdog: kill a worker over ``watchdog_rss_bytes`` (its running call is blamed)."""
         limit = self._config.limits.watchdog_rss_bytes
         for worker in list(self.workers.values()):
-            try:
-                remote = worker.remote
-                worker.rss = (
-                    remote.rss if remote is not None else psutil.Process(worker.pid).memory_info().rss
-                )
-            except psutil.Error:
+            rss = worker.process.memory()
+            if rss is None:
                 continue
+            worker.rss = rss
             if worker.calls and not worker.rss_base:
                 worker.rss_base = worker.rss
             if worker.rss > limit:
@@ -402,9 +372,8 @@ class Supervisor:
         for worker in list(self.workers.values()):
             self.kill(worker, KillReason.POOL_CLOSED)
         await self.changes.wait_until(lambda: not self.workers, 5.0)
-        for worker in list(self.workers.values()):  # pidfd never fired (should not happen): reap by hand
-            if worker.remote is not None:
-                self.exited(worker, None)  # its node is gone or silent: nobody else will report it
-                continue
-            worker.process.wait(timeout=1.0)
-            self._on_exit(worker)
+        for worker in list(self.workers.values()):  # its exit never reported (should not happen): by hand
+            if isinstance(worker.process, LocalProcess):
+                self._on_exit(worker)  # SIGKILLed above: its wait is short
+            else:  # its node is gone or silent: nobody else will report it
+                self.exited(worker, None)

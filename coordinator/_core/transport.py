@@ -4,8 +4,7 @@ zmq's file descriptor is edge-triggered: it signals "something changed", not
 "readable".  So the reader callback drains until ``EVENTS`` has no POLLIN, and
 every send re-checks ``EVENTS`` (a send can consume the edge that announced a
 pending message).  Frames are decoded here; a defect reaches the handler as a
-``ProtocolError`` instance instead of a message, never as a raised exception, and a
-plainly valid RESULT as a ``proto.frames.PlainResult`` (``Result``'s fields, not built).
+``ProtocolError`` instance instead of a message, never as a raised exception.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from typing import Any, Final
 
 import zmq
 
-from proto import MAX_BODY_BYTES, Message, ProtocolError, decode, encode
-from proto.frames import decode_plain_result
+from proto import MAX_BODY_BYTES, ProtocolError, WireMessage, decode, encode
 
 __all__ = ["Router"]
 
@@ -73,7 +71,7 @@ class Router:
         self._sock.close(0)
         self._context.term()
 
-    def send(self, identity: bytes, message: Message) -> bool:
+    def send(self, identity: bytes, message: WireMessage) -> bool:
         """Send without blocking; ``False`` if the peer is gone (the caller decides what that means)."""
         return self.send_frames(identity, encode(message))
 
@@ -147,12 +145,11 @@ class Router:
         self._deliver(identity, frames)
 
     def _deliver(self, identity: bytes, frames: list[bytes]) -> None:
-        message: Any = decode_plain_result(frames)  # most messages: read without the frozen ``Result``
-        if message is None:
-            try:
-                message = decode(frames)
-            except ProtocolError as exc:
-                message = exc
+        message: Any
+        try:
+            message = decode(frames)
+        except ProtocolError as exc:
+            message = exc
         try:
             self._handler(identity, message)
         except Exception:  # the handler is ours; still, nothing may escape into the event loop

@@ -2,7 +2,7 @@
 
     WorkerProcess  (owned by the Supervisor)          Placement  (owned by the Dispatcher)
     ┌──────────────────────────────────────┐          ┌─────────────────────────────────────┐
-    │ identity, process, pidfd, state      │◀─────────│ process  (read only)                │
+    │ identity, process, state             │◀─────────│ process  (read only)                │
     │ ready_at, last_seen, capacity        │          │ attempts, inline, threaded, zombies │
     │ sandbox, probe, rss, rss_base, calls │          │ given_up, scripts (AST affinity)    │
     │ kill_reason, goodbye, shutdown_sent  │          │ alone, reserved (isolation)         │
@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import enum
 import signal
-import subprocess
 from collections import deque
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from proto import KillReason
 
 if TYPE_CHECKING:
     from coordinator._core.calls import Attempt
+    from coordinator._core.processes import Process
 
-__all__ = ["Placement", "RemoteProcess", "WorkerProcess", "WorkerState", "describe_exit"]
+__all__ = ["Placement", "WorkerProcess", "WorkerState", "describe_exit"]
 
 
 class WorkerState(enum.Enum):
@@ -39,34 +39,14 @@ class WorkerState(enum.Enum):
     DEAD = "dead"
 
 
-class RemoteProcess(Protocol):
-    """A worker process another machine runs (``coordinator.nodes``): the seam of the supervisor.
-
-    The node spawned it, reaps it and reports its exit (``returncode`` set, then
-    ``Supervisor.exited``) and its memory (``rss``); ``kill`` asks the node to SIGKILL it.
-    A local worker is a ``subprocess.Popen`` watched through its pidfd instead.
-    """
-
-    node: str
-    group: str
-    """The node's group (``rhaipool node --group``): where a tenant's dedicated workers may be pinned."""
-    pid: int
-    returncode: int | None
-    stderr: IO[bytes] | None
-    rss: int
-
-    def kill(self) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> int | None: ...
-
-
 @dataclass(eq=False)
 class WorkerProcess:
     """One worker process as the supervisor sees it: lifecycle, liveness, memory, why it exited."""
 
     id: str
     identity: bytes
-    process: subprocess.Popen[bytes] | RemoteProcess
+    process: Process
+    """Its OS process: spawned here (``LocalProcess``) or run by a node (``RemoteWorker``)."""
     started: float
     state: WorkerState = WorkerState.STARTING
     ready_at: float = 0.0
@@ -84,17 +64,11 @@ class WorkerProcess:
     goodbye: str = ""
     shutdown_sent: float = 0.0
     stderr_tail: bytearray = field(default_factory=bytearray)
-    pidfd: int = -1
     exit_reason: str = ""
 
     @property
     def pid(self) -> int:
         return self.process.pid
-
-    @property
-    def remote(self) -> RemoteProcess | None:
-        """The node's handle when another machine runs this worker, else ``None``."""
-        return None if isinstance(self.process, subprocess.Popen) else self.process
 
 
 @dataclass(eq=False)

@@ -5,7 +5,7 @@ starts and disarmed a few hundred milliseconds later with the answer. ``asyncio.
 with ``call_at``: a ``TimerHandle`` pushed on the loop's heap through Python-level comparisons, and
 the loop's own clean-up of the cancelled handles, which at a few hundred calls in flight cost more
 CPU than the bookkeeping around them. Here each loop's deadlines share one ``coordinator.timers.
-Deadlines`` (the pool's attempts use the same). On expiry the task is cancelled and the
+TimerHeap`` (the pool's attempts use the same). On expiry the task is cancelled and the
 ``CancelledError`` turned into ``TimeoutError`` exactly as ``asyncio.Timeout`` does (``uncancel`` and
 the task's earlier cancellation requests respected).
 """
@@ -16,18 +16,18 @@ import asyncio
 import weakref
 from types import TracebackType
 
-from coordinator.timers import Deadline, Deadlines
+from coordinator.timers import Timer, TimerHeap
 
 __all__ = ["Timeout", "timeout", "timeout_at"]
 
-_LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines[Timeout]] = weakref.WeakKeyDictionary()
-"""One ``Deadlines`` per loop; it holds no reference to its loop, so a closed loop is let go."""
+_LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimerHeap[Timeout]] = weakref.WeakKeyDictionary()
+"""One ``TimerHeap`` per loop; it holds no reference to its loop, so a closed loop is let go."""
 
 
-def _deadlines(loop: asyncio.AbstractEventLoop) -> Deadlines[Timeout]:
+def _deadlines(loop: asyncio.AbstractEventLoop) -> TimerHeap[Timeout]:
     deadlines = _LOOPS.get(loop)
     if deadlines is None:
-        deadlines = _LOOPS[loop] = Deadlines(Timeout.expire)
+        deadlines = _LOOPS[loop] = TimerHeap(Timeout.expire)
     return deadlines
 
 
@@ -41,7 +41,7 @@ class Timeout:
         self.when = when
         self._expired = False
         self._task: asyncio.Task[object] | None = None
-        self._deadline: Deadline[Timeout] | None = None
+        self._deadline: Timer[Timeout] | None = None
         self._cancelling = 0
 
     @property

@@ -5,7 +5,7 @@ authorized-keys directory (:mod:`coordinator.nodes.auth`) and the ``[nodes]`` co
 (:mod:`coordinator.nodes.config`). On them: the coordinator's end of the link, which a ``Pool`` takes as
 ``nodes=NodeListener(...)`` (:mod:`coordinator.nodes.link`), and the node process, ``rhaipool node``
 (:mod:`coordinator.nodes.node`); the wire is ``proto.nodes`` (PROTOCOL.md §14). The core never imports
-this package: its seam is ``coordinator._core.fleet`` and ``coordinator._core.workers.RemoteProcess``.
+this package: its seam is ``coordinator._core.fleet`` and ``coordinator._core.processes.Process``.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ import zmq
 import zmq.asyncio
 
 from coordinator._core.config import PoolConfig
+from coordinator._core.hostcalls import Spawn
+from coordinator._core.processes import worker_args
 from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
 from coordinator.nodes import wire
@@ -113,9 +115,10 @@ class NodeListener:
         return cls(config.listen, config.secret_key, config.authorized_keys, settings)
 
     # -- Fleet ---------------------------------------------------------------
-    async def start(self, router: Router, supervisor: Supervisor, config: PoolConfig) -> None:
+    async def start(self, router: Router, supervisor: Supervisor, config: PoolConfig, spawn: Spawn) -> None:
+        """Bind and serve; ``spawn`` runs the link's ticker in the pool's TaskGroup."""
         self._router, self._supervisor = router, supervisor
-        self._worker_args = _worker_args(config)
+        self._worker_args = worker_args(config)
         self._loop = asyncio.get_running_loop()
         context = zmq.asyncio.Context()
         self._stack.callback(context.term)
@@ -137,7 +140,7 @@ class NodeListener:
         self._sock = zmq.Socket.shadow(asock.underlying)
         self._loop.add_reader(self._sock.FD, self._on_readable)
         self._stack.callback(self._loop.remove_reader, self._sock.FD)
-        self._ticker = asyncio.create_task(self._tick_forever())
+        self._ticker = spawn(self._tick_forever())
         self._loop.call_soon(self._on_readable)
         log.info("nodes may join at %s", self.endpoint)
 
@@ -396,18 +399,3 @@ class NodeListener:
             self.dropped_keys += 1
             self._send(node, Reset(_KEY_REFUSED))
             self._expire(node, "dropped: its key is no longer authorized")
-
-
-def _worker_args(config: PoolConfig) -> dict[str, int | float]:
-    """The command-line limits of every worker, the same on a node as here."""
-    limits = config.limits
-    return {
-        "memory-bytes": limits.memory_bytes,
-        "cpu-seconds": limits.cpu_seconds,
-        "open-files": limits.open_files,
-        "file-size": limits.file_size,
-        "heartbeat": config.deadlines.heartbeat,
-        "capacity": config.provider_capacity,
-        "resident-lists": config.resident_max_lists,
-        "resident-bytes": config.resident_max_bytes,
-    }

@@ -26,8 +26,6 @@ import secrets
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,10 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import psutil
 import zmq
 
-from coordinator._core.supervisor import WORKER_ENV  # a node starts its workers as the pool does
+from coordinator._core.processes import LocalProcess, worker_command  # a node starts workers as a pool does
 from coordinator.nodes import wire
 from coordinator.nodes.auth import curve_client
 from coordinator.nodes.errors import SessionEnded
@@ -87,8 +84,7 @@ class NodeSettings:
 @dataclass(eq=False)
 class _Child:
     identity: bytes
-    process: subprocess.Popen[bytes]
-    pidfd: int
+    process: LocalProcess
     started: float
     stderr_tail: bytearray = field(default_factory=bytearray)
 
@@ -214,8 +210,7 @@ class Node:
         elif isinstance(message, KillWorker):
             child = self._children.get(message.worker)
             if child is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child.process.pid, signal.SIGKILL)
+                child.process.kill()
         elif isinstance(message, Reset):
             raise SessionEnded(f"reset by the coordinator: {message.reason}")
 
@@ -248,42 +243,37 @@ class Node:
     def _rss(self) -> dict[bytes, int]:
         rss = {}
         for identity, child in self._children.items():
-            with contextlib.suppress(psutil.Error):
-                rss[identity] = psutil.Process(child.process.pid).memory_info().rss
+            if (memory := child.process.memory()) is not None:
+                rss[identity] = memory
         return rss
 
     # -- workers ---------------------------------------------------------------
     def _spawn(self, welcome: Welcome) -> None:
         identity = secrets.token_bytes(8)
-        command = [sys.executable, "-I", "-m", "worker", "--connect", self._endpoint, "--identity",
-                   identity.hex(), "--parent-pid", str(os.getpid())]  # fmt: skip
-        for key, value in sorted(welcome.worker_args.items()):
-            command += [f"--{key}", str(value)]
         try:
-            process = subprocess.Popen(
-                command, env=dict(WORKER_ENV), cwd=self._workdir, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True, start_new_session=True,
-            )  # fmt: skip
+            process = LocalProcess.start(
+                worker_command(self._endpoint, identity, welcome.worker_args), self._workdir
+            )
         except OSError as exc:
             log.error("cannot start a worker: %s", exc)
             self._next_spawn = time.monotonic() + 1.0
             return
-        child = _Child(identity, process, os.pidfd_open(process.pid), time.monotonic())
-        assert process.stderr is not None
-        os.set_blocking(process.stderr.fileno(), False)
+        child = _Child(identity, process, time.monotonic())
         self._children[identity] = child
-        for fd in (child.pidfd, process.stderr.fileno()):
+        for fd in (process.pidfd, process.stderr_fd):
             self._by_fd[fd] = child
             self._poller.register(fd, zmq.POLLIN)
         self._send(Spawned(identity, process.pid))
 
     def _on_child_fd(self, child: _Child, fd: int) -> None:
-        if fd != child.pidfd:
+        if fd != child.process.pidfd:
             self._read_stderr(child)
             return
         self._read_stderr(child)
-        returncode = child.process.wait()
         self._forget(child)
+        returncode = child.process.reap()
+        child.process.close_output()
+        assert returncode is not None  # a wait without a timeout
         line = child.stderr_tail.decode("utf-8", "replace").strip().splitlines()
         self._send(WorkerExited(child.identity, returncode, line[-1][:400] if line else ""))
         if time.monotonic() - child.started < 1.0 and not self._stopping:
@@ -293,13 +283,13 @@ class Node:
             self._quick_exits = 0
 
     def _read_stderr(self, child: _Child) -> None:
-        assert child.process.stderr is not None
-        with contextlib.suppress(BlockingIOError, OSError, ValueError):
-            data = os.read(child.process.stderr.fileno(), 65536)
-            if not data:
-                self._unwatch(child.process.stderr.fileno())
-            child.stderr_tail += data
-            del child.stderr_tail[:-_STDERR_TAIL]
+        data = child.process.read_output()
+        if data is None:
+            return
+        if not data:
+            self._unwatch(child.process.stderr_fd)
+        child.stderr_tail += data
+        del child.stderr_tail[:-_STDERR_TAIL]
 
     def _unwatch(self, fd: int) -> None:
         if self._by_fd.pop(fd, None) is not None:
@@ -307,20 +297,18 @@ class Node:
                 self._poller.unregister(fd)
 
     def _forget(self, child: _Child) -> None:
+        """Stop watching ``child`` (it exited; the caller reaps it)."""
         self._children.pop(child.identity, None)
-        self._unwatch(child.pidfd)
-        os.close(child.pidfd)
-        if child.process.stderr is not None:
-            self._unwatch(child.process.stderr.fileno())
-            child.process.stderr.close()
+        self._unwatch(child.process.pidfd)
+        self._unwatch(child.process.stderr_fd)
 
     def _kill_all(self) -> None:
         """End every worker of the session (their calls are the coordinator's to reroute)."""
         for child in list(self._children.values()):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.process.pid, signal.SIGKILL)
-            child.process.wait()
+            child.process.kill()
             self._forget(child)
+            child.process.reap()
+            child.process.close_output()
 
 
 def split_workers(total: int, coordinators: int) -> list[int]:

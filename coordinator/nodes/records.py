@@ -1,7 +1,7 @@
 """The coordinator's records of joined nodes and of their workers (``coordinator.nodes.link`` owns them).
 
 ``RemoteWorker`` is what the supervisor holds as a node worker's ``process``
-(``coordinator._core.workers.RemoteProcess``): its exit and memory are reported by the node, and
+(``coordinator._core.processes.Process``): its exit and memory are reported by the node, and
 ``kill`` is a message to it, sent through the link.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Final
+from typing import Final
 
 __all__ = [
     "DEFAULT_NODE_HEARTBEAT",
@@ -35,7 +35,7 @@ class LinkSettings:
 
 @dataclass(eq=False)
 class RemoteWorker:
-    """A node's worker process as the supervisor sees it (``coordinator._core.workers.RemoteProcess``)."""
+    """A node's worker process as the supervisor sees it (``coordinator._core.processes.Process``)."""
 
     node: str
     pid: int
@@ -43,13 +43,26 @@ class RemoteWorker:
     identity: bytes
     group: str = ""
     returncode: int | None = None
-    stderr: IO[bytes] | None = None
+    """Its exit status, once its node reported it (EXITED)."""
     rss: int = 0
+    """Its resident bytes, as its node last reported them (BEAT)."""
+    local: bool = field(default=False, init=False)
 
     def kill(self) -> None:
         self.send_kill(self.identity)
 
-    def wait(self, timeout: float | None = None) -> int | None:
+    def alive(self) -> bool:
+        """Until its node reports the exit (or the node is expired): the link tells the supervisor."""
+        return self.returncode is None
+
+    def memory(self) -> int | None:
+        return self.rss
+
+    def stopped(self) -> bool:
+        """A SIGSTOP on another machine cannot be seen from here (its heartbeat loss makes suspects)."""
+        return False
+
+    def reap(self, timeout: float | None = None) -> int | None:
         return self.returncode
 
 

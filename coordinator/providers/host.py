@@ -141,9 +141,8 @@ class ProviderHost:
         return await self.start_call(name, args)
 
     def start_call(self, name: str, args: list[Any]) -> asyncio.Future[Any]:
-        """:meth:`call` as a future, so the pool's host-call broker needs no task of its own per call
-        (an optional ``HostHandler`` hook, ``coordinator._core.hostcalls``); cancelling the future
-        abandons the answer, never the request (the journal's task runs it)."""
+        """:meth:`call`'s outcome as a future; cancelling it abandons the answer, never the request
+        (the journal's task runs it)."""
         try:
             if name == "env_var":
                 return _settled(self.env.get(args[0] if args else None))

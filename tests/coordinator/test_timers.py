@@ -1,10 +1,10 @@
-"""``Deadlines``: many deadlines on one loop timer, cancelled by a flag, expiring in order."""
+"""``TimerHeap``: many deadlines on one loop timer, cancelled by a flag, expiring in order."""
 
 from __future__ import annotations
 
 import asyncio
 
-from coordinator.timers import Deadlines
+from coordinator.timers import TimerHeap
 
 
 async def _deadlines_expire_in_order_and_cancelled_ones_never_fire() -> None:
@@ -17,7 +17,7 @@ async def _deadlines_expire_in_order_and_cancelled_ones_never_fire() -> None:
         if name == "last":
             done.set_result(None)
 
-    deadlines: Deadlines[str] = Deadlines(expired)
+    deadlines: TimerHeap[str] = TimerHeap(expired)
     deadlines.arm("late", 0.06)
     early = deadlines.arm("early", 0.02)
     deadlines.arm("earliest", 0.01)  # armed after a later one: the timer moves earlier
@@ -33,7 +33,7 @@ async def _deadlines_expire_in_order_and_cancelled_ones_never_fire() -> None:
 
 async def _cancelled_entries_are_dropped_and_the_armed_ones_still_fire() -> None:
     fired: list[int] = []
-    deadlines: Deadlines[int] = Deadlines(fired.append)
+    deadlines: TimerHeap[int] = TimerHeap(fired.append)
     keep = [deadlines.arm(i, 0.01) for i in range(5)]
     for i in range(10_000):
         deadlines.arm(100 + i, 60.0).cancel()
@@ -57,7 +57,7 @@ async def _a_handler_may_cancel_a_later_deadline_and_arm_a_new_one() -> None:
         if name == "boom":
             raise RuntimeError("a handler's bug stays in the log")
 
-    deadlines: Deadlines[str] = Deadlines(expired)
+    deadlines: TimerHeap[str] = TimerHeap(expired)
     deadlines.arm("boom", 0.0)
     deadlines.arm("first", 0.0)
     later = deadlines.arm("later", 0.0)
@@ -81,7 +81,7 @@ def test_a_handler_may_cancel_a_later_deadline_and_arm_a_new_one() -> None:
 async def _arm_at_takes_the_loop_clock_and_a_passed_time_fires_at_once() -> None:
     loop = asyncio.get_running_loop()
     fired: list[str] = []
-    deadlines: Deadlines[str] = Deadlines(fired.append)
+    deadlines: TimerHeap[str] = TimerHeap(fired.append)
     deadlines.arm_at("later", loop.time() + 0.03)
     deadlines.arm_at("passed", loop.time() - 1.0)
     await asyncio.sleep(0)
@@ -97,14 +97,14 @@ def test_arm_at_takes_the_loop_clock_and_a_passed_time_fires_at_once() -> None:
 
 
 def test_deadlines_keep_no_loop_alive() -> None:
-    """One ``Deadlines`` per loop in a weak mapping (egress's timeouts) must let a closed loop go."""
+    """One ``TimerHeap`` per loop in a weak mapping (egress's timeouts) must let a closed loop go."""
     import gc
     import weakref
 
-    kept: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines[str]] = weakref.WeakKeyDictionary()
+    kept: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimerHeap[str]] = weakref.WeakKeyDictionary()
 
     async def arm_one() -> None:
-        deadlines: Deadlines[str] = Deadlines(lambda _: None)
+        deadlines: TimerHeap[str] = TimerHeap(lambda _: None)
         kept[asyncio.get_running_loop()] = deadlines
         deadlines.arm("x", 60.0).cancel()
 

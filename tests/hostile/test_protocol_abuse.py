@@ -155,6 +155,11 @@ LIES: list[tuple[str, Callable[[TakenOver, Call], None], Any]] = [
 class _Silent:
     """Host handler for the attacker's call: nothing the liar asks for is ever performed."""
 
+    sent = True
+
+    def begin_attempt(self) -> None:
+        pass
+
     async def call(self, name: str, args: list[Any]) -> Any:
         await asyncio.sleep(3600)
 

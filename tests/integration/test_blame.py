@@ -44,6 +44,9 @@ class Silent:
 
     sent = False
 
+    def begin_attempt(self) -> None:
+        pass
+
     async def call(self, name: str, args: list[Any]) -> Any:
         await asyncio.sleep(3600)
 

@@ -130,6 +130,11 @@ def test_crash_matrix(case: str, action: Any, expected: Any, detail: str) -> Non
 
 def test_threaded_deadline_cancels_without_killing_the_worker() -> None:
     class Silent:
+        sent = True
+
+        def begin_attempt(self) -> None:
+            pass
+
         async def call(self, name: str, args: list[Any]) -> Any:
             await asyncio.sleep(3600)
 

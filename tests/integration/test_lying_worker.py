@@ -151,6 +151,11 @@ def test_a_host_value_without_wire_form_is_thrown_into_the_script() -> None:
     """The handler's reply packed, the worker dropped it, and the script waited out its deadline."""
 
     class Host:
+        sent = True
+
+        def begin_attempt(self) -> None:
+            pass
+
         async def call(self, name: str, args: list[Any]) -> Any:
             return {1: "int key"}
 
@@ -285,6 +290,10 @@ def test_host_calls_of_one_call_are_numbered_and_bounded(hids: tuple[int, ...], 
 
     class Host:
         running = peak = calls = 0
+        sent = True
+
+        def begin_attempt(self) -> None:
+            pass
 
         async def call(self, name: str, args: list[Any]) -> Any:
             Host.calls += 1

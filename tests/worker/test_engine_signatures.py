@@ -119,8 +119,13 @@ def test_brokered_signatures_cover_the_brokered_table() -> None:
 class _Recorder:
     """A host handler that records every host call it is asked to make."""
 
+    sent = True
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[Any]]] = []
+
+    def begin_attempt(self) -> None:
+        pass
 
     async def call(self, name: str, args: list[Any]) -> Any:
         self.calls.append((name, args))

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 
 from coordinator._core import outcomes
-from coordinator._core.calls import Attempt, Call
+from coordinator._core.calls import Attempt, CallRecord
 from coordinator._core.handles import ScriptHandle
+from coordinator._core.processes import LocalProcess
 from coordinator._core.workers import Placement, WorkerProcess
 from proto import KillReason, Kind, Op
 
@@ -31,14 +31,15 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
-def exited(code: int) -> subprocess.Popen[bytes]:
+def exited(code: int) -> LocalProcess:
     """A real process that ended with ``code`` (negative: killed by that signal)."""
     if code < 0:
-        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        process.send_signal(-code)
+        process = LocalProcess.start([sys.executable, "-c", "import time; time.sleep(60)"], ".")
+        process.popen.send_signal(-code)
     else:
-        process = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
-    process.wait(timeout=30)
+        process = LocalProcess.start([sys.executable, "-c", f"raise SystemExit({code})"], ".")
+    process.reap(timeout=30)
+    process.close_output()
     return process
 
 
@@ -51,7 +52,7 @@ def attempt(
     loop: asyncio.AbstractEventLoop, worker: Placement, wire: int, kind: Kind, *, given_up: bool = False
 ) -> Attempt:
     handle = ScriptHandle(f"sha{wire}", f"s{wire}.rhai", kind, (("f", 0),), "fn f() { 0 }")
-    call = Call(wire, handle, Op.CALL, "f", [], 5.0, f"tenant{wire}", loop.create_future())
+    call = CallRecord(wire, handle, Op.CALL, "f", [], 5.0, f"tenant{wire}", loop.create_future())
     tried = Attempt(wire, call, worker, sent_at=0.0)
     if given_up:
         worker.given_up[wire] = tried

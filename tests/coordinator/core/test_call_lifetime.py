@@ -11,7 +11,7 @@ import gc
 
 from pool_support import SCRIPT, run
 
-from coordinator._core.calls import Attempt, Call
+from coordinator._core.calls import Attempt, CallRecord
 from coordinator._core.pool import Pool
 
 
@@ -28,7 +28,7 @@ def test_answered_calls_one_at_a_time_and_at_once_leave_no_call_behind() -> None
                 answers = await asyncio.gather(*(pool.call(h, "add", i, 1) for i in range(50)))
                 assert answers == [i + 1 for i in range(50)]
                 assert (await pool.call_detailed(h, "echo", "x")).value == "x"
-                left = [o for o in gc.get_objects() if type(o) in (Call, Attempt)]
+                left = [o for o in gc.get_objects() if type(o) in (CallRecord, Attempt)]
             finally:
                 gc.enable()
             return left, pool.statistics().calls_ok

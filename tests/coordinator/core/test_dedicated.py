@@ -34,6 +34,9 @@ class SlowHost:
 
     sent = False
 
+    def begin_attempt(self) -> None:
+        pass
+
     async def call(self, name: str, args: list[Any]) -> Any:
         self.sent = True
         await asyncio.sleep(0.2)

@@ -49,6 +49,9 @@ class Host:
         self.delay, self.payloads, self.produced = delay, payloads, 0
         self.sent = False
 
+    def begin_attempt(self) -> None:
+        pass
+
     async def call(self, name: str, args: list[Any]) -> Any:
         self.calls.append((name, args))
         if name == "env_var":
@@ -242,6 +245,11 @@ def test_a_host_wait_ends_at_the_calls_own_deadline_inside_the_worker() -> None:
     """The worker stops waiting when the engine deadline passes (before the coordinator's kill grace)."""
 
     class Slow:
+        sent = True
+
+        def begin_attempt(self) -> None:
+            pass
+
         async def call(self, name: str, args: list[Any]) -> Any:
             await asyncio.sleep(3600)
 
