@@ -100,6 +100,8 @@ class Row:
     non_2xx: int
     pause_ms: int = 0
     load: float = 0.0
+    main_cpu_ms_per_request: float = 0.0
+    """Of ``cpu_ms_per_request``: the gateway's main process alone (rhaipool: the coordinator)."""
 
 
 def _family(pid: int) -> Callable[[], list[int]]:
@@ -172,6 +174,7 @@ def drive(target: Target, connections: int, seconds: float, folder: Path, pause_
         non_2xx,
         pause_ms,
         load,
+        (after[pids[0]] - before[pids[0]]) * 1000 / max(1, requests),
     )
 
 
@@ -482,7 +485,10 @@ def _print(report: dict[str, Any]) -> None:
     )
     for name, why in report["skipped"].items():
         print(f"{name:<12} n/a: {why}")
-    print(f"{'target':<12} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10}  notes")
+    print(
+        f"{'target':<12} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10} "
+        f"{'of main':>8}  notes"
+    )
     for r in report["rows"]:
         notes = []
         if r["pause_ms"]:
@@ -492,7 +498,8 @@ def _print(report: dict[str, Any]) -> None:
         notes.append(f"load {r['load']:.2f}")
         print(
             f"{r['target']:<12} {r['connections']:>5} {r['throughput']:>9.0f} {r['p50_ms']:>8.2f} "
-            f"{r['p99_ms']:>8.2f} {r['cpu_ms_per_request']:>10.3f}  {'; '.join(notes)}"
+            f"{r['p99_ms']:>8.2f} {r['cpu_ms_per_request']:>10.3f} {r['main_cpu_ms_per_request']:>8.3f}  "
+            + "; ".join(notes)
         )
     for n, v in report["verdicts"].items():
         parts = []
