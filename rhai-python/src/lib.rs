@@ -18,6 +18,7 @@ mod msgpack;
 mod resident;
 mod script;
 mod stack;
+mod tokens;
 
 use pyo3::prelude::*;
 
@@ -41,5 +42,6 @@ fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(context::current_call_remaining, m)?)?;
     m.add_function(wrap_pyfunction!(json::to_json, m)?)?;
     m.add_function(wrap_pyfunction!(json::parse_json, m)?)?;
+    m.add_function(wrap_pyfunction!(tokens::tiktoken_count, m)?)?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import rhai
 
 from coordinator.providers.tokens import count_by_model, family_for
 from coordinator.regions.tokens import estimate_tokens
@@ -32,8 +33,9 @@ def test_the_families_are_the_references() -> None:
     assert count_by_model("<|endoftext|>", "gpt-4") == 1  # a special token is one token, as the reference's
 
 
-def test_one_loader_per_encoding_shared_by_both_sides() -> None:
-    count_tokens_heuristic("warm up", "openai")
-    count_by_model("warm up", "gpt-4")
-    assert tokens.encoder("cl100k_base") is tokens.encoder()
-    assert count_by_model("hello world", "gpt-4o") == tokens.tiktoken_count("hello world", "o200k_base")
+def test_both_sides_count_with_the_bindings_tiktoken() -> None:
+    """The worker's ``openai`` hint and the coordinator's fallback are one counter: tiktoken-rs."""
+    assert count_tokens_heuristic("hello world", "openai") == rhai.tiktoken_count("hello world", "gpt-4")
+    assert count_by_model("hello world", "gpt-4o") == rhai.tiktoken_count("hello world", "gpt-4o")
+    text = "日本語のテキスト"
+    assert count_by_model(text, "gpt-4o") == tokens.tiktoken_count(text, "gpt-4o") == 6

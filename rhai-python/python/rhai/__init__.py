@@ -21,6 +21,7 @@ from rhai._rhai import (
     __version__,
     current_call_remaining,
     parse_json,
+    tiktoken_count,
     to_json,
 )
 from rhai.errors import (
@@ -64,5 +65,6 @@ __all__ = [
     "__version__",
     "current_call_remaining",
     "parse_json",
+    "tiktoken_count",
     "to_json",
 ]

@@ -17,6 +17,7 @@ __all__ = [
     "__version__",
     "current_call_remaining",
     "parse_json",
+    "tiktoken_count",
     "to_json",
 ]
 
@@ -245,3 +246,7 @@ def to_json(value: Any) -> str:
 
 def parse_json(text: str) -> Any:
     """Any JSON value, converted as scripts see it; ``ValueError`` when invalid."""
+
+def tiktoken_count(text: str, model: str) -> int:
+    """Tokens of ``text`` in ``model``'s tiktoken BPE (``cl100k_base`` for a model tiktoken-rs does not
+    know), each special token counted as one; ``UnicodeEncodeError`` for a lone surrogate."""

