@@ -28,7 +28,6 @@ __all__ = [
     "Credit",
     "Error",
     "Result",
-    "call_body",
     "check_resident",
 ]
 
@@ -72,132 +71,16 @@ _SEEN_SHAS: Final[set[str]] = set()
 """Script hashes already found well-formed: a pool calls few scripts many times (bounded below)."""
 
 
-def _plain_sha(sha: str) -> bool:
+def _known_sha(sha: str) -> bool:
+    """Whether ``sha`` is 64 lowercase hex digits (remembered: both sides read every CALL)."""
+    if sha in _SEEN_SHAS:
+        return True
     if len(sha) != 64 or not _HEX.issuperset(sha):
         return False
     if len(_SEEN_SHAS) >= 4096:
         _SEEN_SHAS.clear()
     _SEEN_SHAS.add(sha)
     return True
-
-
-def _plain_call(cls: type[Call], body: Mapping[str, Any]) -> Call | None:
-    """One pass over a CALL body whose every field is plainly valid (a float or no timeout); ``None``
-    when in any doubt, and the field-by-field reader then names the defect.
-
-    Both sides read every CALL (the coordinator checks what it sends): this keeps that check cheap."""
-    fields = _plain_call_fields(body)
-    return None if fields is None else cls(*fields)
-
-
-def _plain_call_fields(body: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    get: Callable[[str], Any] = body.get
-    ident, op_name, kind_name, sha, window = get("id"), get("op"), get("kind"), get("sha"), get("window")
-    timeout, source, args = get("timeout"), get("source"), get("args")
-    fn, tenant, name = get("fn"), get("tenant"), get("name")
-    if not (
-        type(args) is list
-        and _plain_call_params(ident, op_name, kind_name, sha, fn, timeout, tenant, name, source, window)
-    ):
-        return None
-    op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
-    if op is None or kind is None:  # never, after the check above (which asked the same maps)
-        return None
-    resident = get("resident")
-    if resident is not None and not _plain_resident(resident, op, kind, args):
-        return None
-    return ident, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident
-
-
-def _plain_call_params(
-    ident: Any, op_name: Any, kind_name: Any, sha: Any, fn: Any, timeout: Any, tenant: Any, name: Any,
-    source: Any, window: Any,
-) -> bool:  # fmt: skip
-    """Every CALL field but ``args`` and ``resident`` plainly valid: the one-pass reader's rule, which
-    ``proto.frames.encode_call`` asks of its parameters directly (no body lookups)."""
-    return (
-        type(ident) is int and 0 <= ident <= s.MAX_ID
-        and type(op_name) is str and op_name in _OP_OF and type(kind_name) is str and kind_name in _KIND_OF
-        and type(sha) is str and (sha in _SEEN_SHAS or _plain_sha(sha))
-        and type(window) is int and 1 <= window <= 1024
-        and (timeout is None or (type(timeout) is float and timeout > 0))
-        and (source is None or type(source) is str)
-        and type(fn) is str and type(tenant) is str and type(name) is str
-    )  # fmt: skip
-
-
-def _plain_resident(resident: Any, op: Op, kind: Kind, args: list[Any]) -> bool:
-    """``check_resident``'s rules in one pass, for the common case: a steady region's render carries a
-    resident map on every call.  ``False`` when in any doubt (the careful reader names the defect)."""
-    if type(resident) is not dict or op is not Op.CALL or kind is not Kind.REGION:
-        return False
-    get = resident.get
-    key, version, base, drop = get("key"), get("version"), get("base"), get("drop")
-    return (
-        bool(args) and type(args[0]) is dict
-        and type(key) is str and 16 <= len(key) <= MAX_RESIDENT_KEY
-        and type(version) is int and 0 <= version <= s.MAX_ID
-        and (base is None or (type(base) is int and 0 <= base <= s.MAX_ID))
-        and type(drop) is list and type(get("entries")) is list
-        and (not drop if base is None else _ascending_ids(drop))
-    )  # fmt: skip
-
-
-def _ascending_ids(drop: list[Any]) -> bool:
-    return (
-        all(type(i) is int for i in drop)
-        and (not drop or drop[0] >= 0)
-        and all(b > a for a, b in pairwise(drop))
-    )
-
-
-def _plain_result(cls: type[Result], body: Mapping[str, Any]) -> Result | None:
-    """A RESULT body whose every field is plainly valid, in one pass; ``None`` when in any doubt."""
-    fields = _plain_result_fields(body)
-    return None if fields is None else cls(*fields)
-
-
-_ResultFields = tuple[int, Any, float, float, int, int, list[str]]
-
-
-def _plain_result_fields(body: Mapping[str, Any]) -> _ResultFields | None:
-    """``_plain_result``'s fields in ``Result``'s order, not built into one (``proto.frames.PlainResult``)."""
-    get = body.get
-    ident, wall, cpu, peak_rss, ops, output = (
-        get("id"), get("wall"), get("cpu"), get("peak_rss"), get("ops"), get("output")
-    )  # fmt: skip
-    if not (
-        type(ident) is int and 0 <= ident <= s.MAX_ID
-        and type(wall) is float and type(cpu) is float
-        and type(peak_rss) is int and type(ops) is int
-        and type(output) is list and (not output or all(type(line) is str for line in output))
-        and "value" in body
-    ):  # fmt: skip
-        return None
-    return (ident, body["value"], wall, cpu, peak_rss, ops, output)
-
-
-def call_body(
-    id: int, op: Op, kind: Kind, sha: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
-    name: str, source: str | None, window: int, resident: dict[str, Any] | None,
-) -> dict[str, Any]:  # fmt: skip
-    """The body of ``Call(...)``, without building the message (``proto.frames.encode_call``)."""
-    body: dict[str, Any] = {
-        "id": id,
-        "op": str(op),  # the plain string: the receiving schema checks exact types
-        "kind": str(kind),
-        "sha": sha,
-        "fn": fn,
-        "args": args,
-        "timeout": timeout,
-        "tenant": tenant,
-        "name": name,
-        "source": source,
-        "window": window,
-    }
-    if resident is not None:  # absent otherwise: calls without it keep their exact bytes
-        body["resident"] = resident
-    return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,41 +103,61 @@ class Call:
     """Entries kept in the worker across calls (§6.3): the full list, or a delta from ``base``."""
 
     def to_body(self) -> dict[str, Any]:
-        return call_body(
-            self.id, self.op, self.kind, self.sha, self.fn, self.args, self.timeout, self.tenant, self.name,
-            self.source, self.window, self.resident,
-        )  # fmt: skip
+        body: dict[str, Any] = {
+            "id": self.id,
+            "op": str(self.op),  # the plain string: the receiving schema checks exact types
+            "kind": str(self.kind),
+            "sha": self.sha,
+            "fn": self.fn,
+            "args": self.args,
+            "timeout": self.timeout,
+            "tenant": self.tenant,
+            "name": self.name,
+            "source": self.source,
+            "window": self.window,
+        }
+        if self.resident is not None:  # absent otherwise: calls without it keep their exact bytes
+            body["resident"] = self.resident
+        return body
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Call:
-        """The CALL ``body`` describes; ``MalformedMessage`` naming the first bad field."""
-        return _plain_call(cls, body) or cls._checked(body)
+        """The CALL ``body`` describes; ``MalformedMessage`` naming the first bad field.
 
-    @classmethod
-    def check(cls, body: Mapping[str, Any]) -> None:
-        """Raise what ``from_body`` would raise for ``body``; nothing is built for a plainly valid one."""
-        if _plain_call_fields(body) is None:
-            cls._checked(body)
-
-    @classmethod
-    def _checked(cls, body: Mapping[str, Any]) -> Call:
-        op_name, kind_name, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
+        One pass: each field is looked up once and its exact type tested inline; only a field that
+        fails goes through ``proto.schema``, whose reader names the defect (or reads an int
+        ``timeout`` as the float it stands for)."""
+        get: Callable[[str], Any] = body.get
+        op_name, kind_name, sha = get("op"), get("kind"), get("sha")
+        if type(op_name) is not str or type(kind_name) is not str or type(sha) is not str:
+            op_name, kind_name, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
         op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
         if op is None or kind is None:
             raise MalformedMessage(f"unknown op {op_name!r} or kind {kind_name!r}")
-        if len(sha) != 64 or not _HEX.issuperset(sha):
+        if not _known_sha(sha):
             raise MalformedMessage("field 'sha' must be 64 lowercase hex digits")
-        timeout = s.opt_float(body, "timeout")
+        timeout = get("timeout")
+        if timeout is not None and type(timeout) is not float:
+            timeout = s.opt_float(body, "timeout")
         if timeout is not None and not timeout > 0:
             raise MalformedMessage("field 'timeout' must be positive")
-        window = s.req_int(body, "window")
+        window = get("window")
+        if type(window) is not int:
+            window = s.req_int(body, "window")
         if not 1 <= window <= 1024:
             raise MalformedMessage("field 'window' must be in 1..1024")
-        args = s.req_list(body, "args")
-        return cls(
-            s.req_id(body), op, kind, sha, s.req_str(body, "fn"), args, timeout, s.req_str(body, "tenant"),
-            s.req_str(body, "name"), s.opt_str(body, "source"), window, check_resident(body, op, kind, args),
-        )  # fmt: skip
+        args, ident, fn, tenant, name = get("args"), get("id"), get("fn"), get("tenant"), get("name")
+        if type(args) is not list:
+            args = s.req_list(body, "args")
+        if type(ident) is not int or not 0 <= ident <= s.MAX_ID:
+            ident = s.req_id(body)
+        if type(fn) is not str or type(tenant) is not str or type(name) is not str:
+            fn, tenant, name = s.req_str(body, "fn"), s.req_str(body, "tenant"), s.req_str(body, "name")
+        source = get("source")
+        if source is not None and type(source) is not str:
+            source = s.opt_str(body, "source")
+        resident = None if get("resident") is None else check_resident(body, op, kind, args)
+        return cls(ident, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,18 +186,24 @@ class Result:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Result:
-        """The RESULT ``body`` describes; ``MalformedMessage`` naming the first bad field."""
-        return _plain_result(cls, body) or cls._checked(body)
-
-    @classmethod
-    def _checked(cls, body: Mapping[str, Any]) -> Result:
-        output = s.req_list(body, "output")
-        if any(type(line) is not str for line in output):
-            raise MalformedMessage("field 'output' must be an array of str")
-        return cls(
-            s.req_id(body), s.any_value(body, "value"), s.req_float(body, "wall"), s.req_float(body, "cpu"),
-            s.req_int(body, "peak_rss"), s.req_int(body, "ops"), output,
+        """The RESULT ``body`` describes; ``MalformedMessage`` naming the first bad field (one pass,
+        as ``Call.from_body``: an int ``wall`` or ``cpu`` reads as its float)."""
+        get: Callable[[str], Any] = body.get
+        ident, wall, cpu, peak_rss, ops, output = (
+            get("id"), get("wall"), get("cpu"), get("peak_rss"), get("ops"), get("output")
         )  # fmt: skip
+        if type(output) is not list:
+            output = s.req_list(body, "output")
+        if output and not all(type(line) is str for line in output):
+            raise MalformedMessage("field 'output' must be an array of str")
+        if type(ident) is not int or not 0 <= ident <= s.MAX_ID:
+            ident = s.req_id(body)
+        value = body["value"] if "value" in body else s.any_value(body, "value")
+        if type(wall) is not float or type(cpu) is not float:
+            wall, cpu = s.req_float(body, "wall"), s.req_float(body, "cpu")
+        if type(peak_rss) is not int or type(ops) is not int:
+            peak_rss, ops = s.req_int(body, "peak_rss"), s.req_int(body, "ops")
+        return cls(ident, value, wall, cpu, peak_rss, ops, output)
 
 
 @dataclass(frozen=True, slots=True)

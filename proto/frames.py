@@ -10,26 +10,15 @@ per hop (measured: a raw echo went from 40 to 50 µs with three frames).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final, NamedTuple, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
-from proto.calls import (
-    Call,
-    Cancel,
-    Chunk,
-    Credit,
-    Error,
-    Result,
-    _plain_call_fields,
-    _plain_call_params,
-    _plain_result_fields,
-    call_body,
-)
+from proto.calls import Call, Cancel, Chunk, Credit, Error, Result
 from proto.commands import COMMAND_FRAMES, Command
 from proto.control import Goodbye, Heartbeat, Ready, Shutdown
-from proto.errors import MalformedMessage, ProtocolError, UnknownCommand, VersionMismatch
+from proto.errors import MalformedMessage, UnknownCommand, VersionMismatch
 from proto.host import HostCall, HostChunk, HostReply
 from proto.schema import as_body
-from proto.values import MAX_BODY_BYTES, MAX_CONTAINER_LEN, _pack_plain, pack, unpack
+from proto.values import pack, unpack
 from proto.vocabulary import Kind, Op
 
 __all__ = [
@@ -38,14 +27,10 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SIGNATURE",
     "SUPPORTED_VERSIONS",
-    "Message",
-    "PlainResult",
+    "WireMessage",
     "decode",
-    "decode_plain_call",
-    "decode_plain_result",
     "encode",
     "encode_call",
-    "encode_result",
     "signature_for",
 ]
 
@@ -64,7 +49,7 @@ def signature_for(version: int) -> bytes:
 SIGNATURE: Final = signature_for(PROTOCOL_VERSION)
 
 
-class Message(Protocol):
+class WireMessage(Protocol):
     """What every message class in ``proto.control``, ``proto.calls`` and ``proto.host`` provides."""
 
     COMMAND: ClassVar[Command]
@@ -91,15 +76,11 @@ MESSAGE_TYPES: Final[dict[Command, Any]] = {
     )
 }
 _HEADERS: Final = {command: SIGNATURE + bytes((command,)) for command in Command}
-_CALL_HEADER: Final = _HEADERS[Command.CALL]
-_RESULT_HEADER: Final = _HEADERS[Command.RESULT]
-_SCALARS: Final = frozenset({str, int, float, bool, bytes, type(None)})
-"""Exact types of RESULT fields that ``pack`` has nothing to check in (no keys, no length cap)."""
 _TYPES_BY_BYTE: Final[dict[int, Any]] = {int(command): cls for command, cls in MESSAGE_TYPES.items()}
 """Plain-int lookups: ``Command(byte)`` costs an enum construction per message on the hot path."""
 
 
-def encode(message: Message) -> list[bytes]:
+def encode(message: WireMessage) -> list[bytes]:
     """``message`` as its one frame; raises ``ProtocolError`` for anything the peer's ``decode`` refuses.
 
     A CALL is checked field by field with the worker's own reader: its fields come from the caller
@@ -107,7 +88,7 @@ def encode(message: Message) -> list[bytes]:
     """
     body = message.to_body()
     if message.COMMAND is Command.CALL:
-        Call.check(body)
+        Call.from_body(body)
     return [_HEADERS[message.COMMAND] + pack(body)]
 
 
@@ -116,102 +97,8 @@ def encode_call(
     name: str = "<script>", source: str | None = None, window: int = 16,
     resident: dict[str, Any] | None = None,
 ) -> list[bytes]:  # fmt: skip
-    """``encode(Call(...))`` without building the frozen message first: one CALL per attempt is the
-    coordinator's hot path.  Checked and refused exactly as ``encode`` checks and refuses.
-
-    Plainly valid fields and arguments that are all scalars (a hook's usual call) skip ``pack``'s walk
-    over the body: nothing in it can be refused but its size; anything else takes ``encode``'s path."""
-    body = call_body(id, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident)
-    if (
-        resident is None
-        and type(args) is list
-        and len(args) <= MAX_CONTAINER_LEN
-        and _SCALARS.issuperset(map(type, args))
-        and _plain_call_params(id, body["op"], body["kind"], sha, fn, timeout, tenant, name, source, window)
-    ):
-        try:
-            data = _pack_plain(body)
-        except (OverflowError, TypeError, ValueError):
-            pass  # a wide int (sent as a float) or a value msgpack refuses: ``pack`` decides below
-        else:
-            if len(data) <= MAX_BODY_BYTES:
-                return [_CALL_HEADER + data]
-    Call.check(body)
-    return [_CALL_HEADER + pack(body)]
-
-
-def encode_result(
-    id: int, value: Any, wall: float, cpu: float, peak_rss: int, ops: int, output: list[str]
-) -> list[bytes]:
-    """``encode(Result(...))`` without building the frozen message first: every call a worker runs
-    ends in one.  Same bytes, same refusals (``ProtocolError`` for a value the peer would drop).
-
-    A scalar value with plain output lines skips ``pack``'s walk over the body: nothing in it can be
-    refused but its size (a wide int raises ``OverflowError``: ``pack`` then sends it as a float)."""
-    body = {
-        "id": id,
-        "value": value,
-        "wall": wall,
-        "cpu": cpu,
-        "peak_rss": peak_rss,
-        "ops": ops,
-        "output": output,
-    }
-    if (
-        _SCALARS.issuperset(map(type, (value, id, wall, cpu, peak_rss, ops)))
-        and type(output) is list
-        and (not output or (len(output) <= MAX_CONTAINER_LEN and all(type(line) is str for line in output)))
-    ):
-        try:
-            data = _pack_plain(body)
-        except OverflowError:
-            pass
-        else:
-            if len(data) <= MAX_BODY_BYTES:
-                return [_RESULT_HEADER + data]
-    return [_RESULT_HEADER + pack(body)]
-
-
-def decode_plain_call(frames: Sequence[bytes]) -> tuple[Any, ...] | None:
-    """A plainly valid CALL's fields, in ``Call``'s order, without building the frozen message (the
-    worker's hot path); ``None`` for anything else or in any doubt: ``decode`` then reads it, naming
-    any defect."""
-    if len(frames) != COMMAND_FRAMES or not frames[0].startswith(_CALL_HEADER):
-        return None
-    try:
-        body = unpack(memoryview(frames[0])[HEADER_BYTES:])
-    except ProtocolError:
-        return None
-    return _plain_call_fields(body) if type(body) is dict else None
-
-
-class PlainResult(NamedTuple):
-    """A plainly valid RESULT, read without building the frozen ``Result`` (the coordinator's hot path):
-    ``Result``'s fields under its names and in its order, so ``Result(*plain)`` is what ``decode`` returns."""
-
-    id: int
-    value: Any
-    wall: float
-    cpu: float
-    peak_rss: int
-    ops: int
-    output: list[str]
-
-
-_new_tuple: Final = tuple.__new__
-
-
-def decode_plain_result(frames: Sequence[bytes]) -> PlainResult | None:
-    """A plainly valid RESULT's fields (one tuple, no frozen message); ``None`` for anything else or in
-    any doubt: ``decode`` then reads it, naming any defect."""
-    if len(frames) != COMMAND_FRAMES or not frames[0].startswith(_RESULT_HEADER):
-        return None
-    try:
-        body = unpack(memoryview(frames[0])[HEADER_BYTES:])
-    except ProtocolError:
-        return None
-    fields = _plain_result_fields(body) if type(body) is dict else None
-    return None if fields is None else _new_tuple(PlainResult, fields)
+    """``encode(Call(...))``, the fields given in ``Call``'s order."""
+    return encode(Call(id, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident))
 
 
 def decode(frames: Sequence[bytes]) -> Any:

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import rhai
 
-from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Kind, Message, ProtocolError, encode
+from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Kind, ProtocolError, WireMessage, encode
 from worker.engine import CallAborted, DeadlineReached
 
 __all__ = ["HOST_FUNCTIONS", "WAITS", "CallChannel", "ChannelBinding", "Outbox"]
@@ -41,7 +41,7 @@ class Outbox:
     def __init__(self, send: Callable[[list[bytes]], None]) -> None:
         self._send = send
 
-    def put(self, message: Message) -> None:
+    def put(self, message: WireMessage) -> None:
         """Encode and send ``message``; raises ``ProtocolError`` (nothing sent) if it has no wire form."""
         self._send(encode(message))
 
@@ -112,7 +112,7 @@ class CallChannel:
         while self._pump(until):
             pass
 
-    def _send(self, message: Message) -> None:
+    def _send(self, message: WireMessage) -> None:
         try:
             self._outbox.put(message)
         except ProtocolError as exc:

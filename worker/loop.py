@@ -48,21 +48,20 @@ from proto import (
     HostChunk,
     HostReply,
     Kind,
-    Message,
     Op,
     ProtocolError,
     Ready,
     Result,
     Shutdown,
+    WireMessage,
     decode,
     encode,
 )
-from proto.frames import decode_plain_call
 from worker.cache import ScriptCache
 from worker.engine import Compiled, Engines, Outcome, ScriptFailure
 from worker.host_bridge import HOST_FUNCTIONS, WAITS, CallChannel, ChannelBinding, Outbox
 from worker.lane import lane_frames, new_lane
-from worker.messages import CallFields, failure_message, outcome_frames, peak_rss
+from worker.messages import failure_message, outcome_frames, peak_rss
 from worker.resident import ResidentStore
 
 __all__ = ["THREAD_STACK_BYTES", "WorkerLoop"]
@@ -274,7 +273,7 @@ class WorkerLoop:
     def _send_frames(self, frames: list[bytes]) -> None:
         self._wire.send(frames, loop=True)
 
-    def _send(self, message: Message) -> None:
+    def _send(self, message: WireMessage) -> None:
         self._send_frames(encode(message))
 
     def _drain_socket(self) -> None:
@@ -288,11 +287,6 @@ class WorkerLoop:
                     self._calls += 1
                     self._send_frames(lane_frames(ended))
                     continue
-            fields = decode_plain_call(frames)  # the hot path: no frozen message, no dispatch
-            if fields is not None:
-                self._calls += 1
-                self._on_call(CallFields._make(fields))
-                continue
             try:
                 message = decode(frames)
             except ProtocolError as exc:
@@ -301,9 +295,9 @@ class WorkerLoop:
             self._dispatch(message)
 
     def _dispatch(self, message: object) -> None:
-        if isinstance(message, Call):
+        if type(message) is Call:
             self._calls += 1
-            self._on_call(CallFields.of(message))
+            self._on_call(message)
         elif isinstance(message, (HostReply, HostChunk, Credit)):
             channel = self._channels.get(message.id)
             if channel is not None:
@@ -318,7 +312,7 @@ class WorkerLoop:
                 channel.cancel()
         # HEARTBEAT from the coordinator needs no action: receiving anything is liveness.
 
-    def _on_call(self, call: CallFields) -> None:
+    def _on_call(self, call: Call) -> None:
         if self._stopping:
             self._send(Error(call.id, ErrorClass.CANCELLED, "worker is shutting down", "Cancelled"))
             return
@@ -343,7 +337,7 @@ class WorkerLoop:
             self._channels[call.id] = channel
             self._threads.submit(self._run_channelled, call, compiled, channel)
 
-    def _script_for(self, call: CallFields) -> Compiled | None:
+    def _script_for(self, call: Call) -> Compiled | None:
         assert self._engines is not None
         compiled = self._cache.get(call.kind, call.sha)
         if compiled is not None:
@@ -370,7 +364,7 @@ class WorkerLoop:
             self._lane.put(call.sha, compiled.script)
         return compiled
 
-    def _execute(self, call: CallFields, compiled: Compiled, channel: CallChannel | None) -> Outcome | Error:
+    def _execute(self, call: Call, compiled: Compiled, channel: CallChannel | None) -> Outcome | Error:
         assert self._engines is not None
         args = call.args
         if call.op is Op.STREAM and channel is not None:
@@ -387,7 +381,7 @@ class WorkerLoop:
             return failure_message(call.id, failure)
         return outcome
 
-    def _run_channelled(self, call: CallFields, compiled: Compiled, channel: CallChannel) -> None:
+    def _run_channelled(self, call: Call, compiled: Compiled, channel: CallChannel) -> None:
         """Run one provider call (inline or on a script thread); every path ends in one RESULT or ERROR."""
         try:
             self._wire.send(outcome_frames(call.id, self._execute(call, compiled, channel)))

@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 
 from coordinator._core.pool import Pool
-from proto import Call, Heartbeat, Message, Ready, Result, decode, encode
+from proto import Call, Heartbeat, Ready, Result, WireMessage, decode, encode
 
 Lie = Callable[["TakenOver", Call], None]
 
@@ -39,7 +39,7 @@ class TakenOver:
         self.lied = 0
         self.send(Ready(self.slot.pid, [1], 4, {"taken-over": {"active": True, "detail": "test"}}))
 
-    def send(self, message: Message | list[bytes]) -> None:
+    def send(self, message: WireMessage | list[bytes]) -> None:
         self.sock.send_multipart(message if isinstance(message, list) else encode(message))
 
     async def serve(self) -> None:

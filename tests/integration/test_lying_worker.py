@@ -39,10 +39,10 @@ from proto import (
     Heartbeat,
     HostCall,
     HostReply,
-    Message,
     Ready,
     Result,
     RhaipoolError,
+    WireMessage,
     decode,
     encode,
     signature_for,
@@ -67,7 +67,7 @@ class FakeWorker:
         self.sock.setsockopt(zmq.ROUTING_ID, slot.identity)
         self.sock.connect(endpoint)
 
-    def send(self, message: Message | list[bytes]) -> None:
+    def send(self, message: WireMessage | list[bytes]) -> None:
         self.sock.send_multipart(message if isinstance(message, list) else encode(message))
 
     def ready(self, capacity: int = 4) -> None:

@@ -20,14 +20,13 @@ import rhai
 from bare_worker import BareWorker
 
 from proto import SIGNATURE, Call, Command, Error, ErrorClass, Kind, Op, Ready, Result, decode, encode
-from proto.frames import decode_plain_call, encode_result
 from proto.schema import MAX_ID
 from proto.values import pack
 from worker.cache import DEFAULT_MAX_SCRIPTS
 from worker.engine import Engines, ScriptFailure
 from worker.host_bridge import HOST_FUNCTIONS, WAITS
 from worker.lane import lane_frames, new_lane
-from worker.messages import CallFields, failure_message, outcome_frames
+from worker.messages import failure_message, outcome_frames
 from worker.resident import ResidentStore
 
 SOURCE = r"""
@@ -88,9 +87,8 @@ def python_path(
 ) -> list[bytes]:
     """What ``worker.loop`` sends for ``frame`` without the lane (a resident CALL's list from
     ``store``); with the lane's figures if given."""
-    fields = decode_plain_call([frame])
-    assert fields is not None
-    call = CallFields._make(fields)
+    call = decode([frame])
+    assert type(call) is Call
     try:
         args = call.args if store is None else store.args_for(call.tenant, call.resident, call.args)
         outcome = engines.run(script, call.fn, args, call.timeout, None)
@@ -99,7 +97,7 @@ def python_path(
     if figures is None:
         return outcome_frames(call.id, outcome)
     wall, cpu, peak_rss = figures.wall, figures.cpu, figures.peak_rss
-    return encode_result(call.id, outcome.value, wall, cpu, peak_rss, outcome.ops, outcome.output)
+    return encode(Result(call.id, outcome.value, wall, cpu, peak_rss, outcome.ops, outcome.output))
 
 
 INTS = [
@@ -213,7 +211,7 @@ def test_a_value_the_wire_refuses_or_flattens_is_left_to_the_python_path(
     if isinstance(got, Result):  # flattened: same value, figures are the lane's
         assert (got.id, got.ops, got.output) == (expected.id, expected.ops, expected.output)
         assert pack(got.value) == pack(expected.value)  # ``==`` on a value this deep recurses too far
-        assert sent == encode_result(got.id, got.value, got.wall, got.cpu, got.peak_rss, got.ops, got.output)
+        assert sent == encode(got)
     else:
         assert sent == reference
 
@@ -495,10 +493,10 @@ def test_mutated_frames_are_run_exactly_as_the_python_path_runs_them_or_left_to_
             continue
         ran += 1
         sent = lane_frames(ended)
-        fields = decode_plain_call([bytes(frame)])
-        assert fields is not None, "the lane ran a frame the Python path's plain reader refuses"
+        call = decode([bytes(frame)])
+        assert type(call) is Call, "the lane ran a frame the Python path refuses"
         reply = decode(sent)
         figures = reply if isinstance(reply, Result) else None
-        store = python_store if CallFields._make(fields).resident is not None else None
+        store = python_store if call.resident is not None else None
         assert sent == python_path(engines, script, bytes(frame), figures, store), bytes(frame)
     assert ran > 100  # the mutations leave many frames valid (a changed string byte, a number)

@@ -1,8 +1,7 @@
 """How a call's outcome leaves a real worker: its RESULT, and an ERROR when a value has no wire form.
 
-The worker encodes a call's RESULT in one pass (``proto.frames.encode_result``) and reads a plainly
-valid CALL without building the frozen message (``decode_plain_call``); these tests pin down that
-every other path still answers as before.
+The worker reads each CALL and writes each RESULT with ``proto``'s one codec (the native lane aside,
+``tests/worker/test_lane.py``); these tests pin down how every outcome answers.
 """
 
 from __future__ import annotations

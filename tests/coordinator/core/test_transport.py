@@ -14,8 +14,7 @@ import zmq
 from pool_support import run
 
 from coordinator._core.transport import Router
-from proto import ProtocolError
-from proto.frames import PlainResult, encode_result
+from proto import ProtocolError, Result, encode
 
 
 def _router(tmp_path: Path, got: list[tuple[bytes, Any]]) -> Router:
@@ -37,7 +36,7 @@ def test_a_burst_arrives_whole_and_framed_as_sent(tmp_path: Path) -> None:
                 if i % 500 == 250:
                     dealer.send_multipart([b"one", b"two", b"three"])  # extra frames: a defect
                 else:
-                    dealer.send(encode_result(i, i, 0.5, 0.25, 1, 2, [])[0])
+                    dealer.send(encode(Result(i, i, 0.5, 0.25, 1, 2, []))[0])
             for _ in range(600):
                 if len(got) == 3000:
                     break
@@ -53,7 +52,7 @@ def test_a_burst_arrives_whole_and_framed_as_sent(tmp_path: Path) -> None:
         if i % 500 == 250:
             assert isinstance(message, ProtocolError)
         else:
-            assert type(message) is PlainResult and message.id == i == message.value
+            assert type(message) is Result and message.id == i == message.value
 
 
 def test_a_wakeup_with_nothing_to_read_is_quiet(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -70,7 +69,7 @@ def test_a_wakeup_with_nothing_to_read_is_quiet(tmp_path: Path, caplog: pytest.L
                 for _ in range(5):
                     router._on_readable()  # as the loop calls it: nothing is waiting
             assert caplog.records == [] and router.received == 0
-            dealer.send(encode_result(1, "x", 0.5, 0.25, 1, 2, [])[0])
+            dealer.send(encode(Result(1, "x", 0.5, 0.25, 1, 2, []))[0])
             for _ in range(200):
                 if got:
                     break
