@@ -1,38 +1,18 @@
-"""The coordinator's exceptions, one tree under ``proto``'s root::
+"""The coordinator's exceptions: the call family, the pool family and the service family's root.
 
-    RhaipoolError                       (proto.errors)
-    ├── ProtocolError                   (proto.errors: MalformedMessage, UnknownCommand, VersionMismatch,
-    │                                   TooLarge)
-    ├── HostCallError                   raised by a host handler: throw .value into the script
-    ├── LoadError                       a script could not be loaded          .name .sha
-    │   ├── CompileError                .message .line .column
-    │   └── MissingFunction             .missing [(name, arity)]
-    ├── CallFailed                      one call ended without a value        .call_id .tenant .script .sha
-    │   │                                                                     .worker_id .cause
-    │   ├── ScriptError                 the script failed or threw            .rhai_class .message .line
-    │   │                                                                     .column .value
-    │   ├── LimitExceeded               a budget ran out                      .limit
-    │   │   └── ScriptTimeout           the call's deadline passed            (limit == "deadline")
-    │   ├── WorkerCrashed               its worker died while running it      .exit_reason
-    │   ├── WorkerLost                  its worker was lost for another reason and it could not be re-run
-    │   ├── Cancelled                   the caller or the pool cancelled it
-    │   └── Quarantined                 its script keeps killing workers      .until
-    └── PoolError                       the pool cannot take the call
-        ├── PoolClosed                  you closed the pool
-        ├── Overloaded                  the bounded queue is full or the wait too long
-        ├── NoWorkerAvailable           workers cannot be started
-        └── QuotaExceeded               a tenant's quota refused it           .tenant .quota .limit
-            ├── TooManyCallsInFlight    unfinished calls (queued + running)
-            ├── TooManyCallsQueued      calls waiting for a worker
-            ├── CpuQuotaExceeded        CPU-seconds per minute                .retry_after
-            └── ScriptQuotaExceeded     loaded scripts (count or bytes)
-    ServiceError                        (under the root) the service refused a request or is unreachable
+Three of the eight families under ``RhaipoolError`` (``proto.errors``) start here:
 
-The other packages keep theirs in their own ``errors`` modules (``coordinator.regions.errors``,
-``coordinator.providers.errors``, ``coordinator.egress.errors``, ``coordinator.service.errors``,
-``worker.engine``); the README draws the whole tree and ``tests/test_error_tree.py`` keeps it true.
+- ``CallFailed``: one call ended without a value (the script failed, ran out of a budget, lost its
+  worker, was cancelled or quarantined); ``.call_id .tenant .script .sha .worker_id .cause``.
+- ``PoolFamilyError``: the pool could not take, load or host a call. ``PoolError`` under it is the
+  pool refusing a call (closed, overloaded, no worker, a tenant's quota); ``LoadError`` a script that
+  could not be loaded; ``HostCallError`` a host handler's throw; ``coordinator.nodes.errors`` hangs
+  the remote workers' errors here too.
+- ``ServiceFamilyError``: ``rhaipool serve`` and its client. ``ServiceError`` under it is the
+  client's side of a failed request; ``coordinator.service.errors`` hangs the service's own here.
 
-Every error names its cause in ``str()``; the structured fields are for programs.
+The README draws the whole tree (``tests/test_error_tree.py`` renders it from the classes and keeps
+the drawing true). Every error names its cause in ``str()``; the structured fields are for programs.
 """
 
 from __future__ import annotations
@@ -54,6 +34,7 @@ __all__ = [
     "Overloaded",
     "PoolClosed",
     "PoolError",
+    "PoolFamilyError",
     "ProtocolError",
     "Quarantined",
     "QuotaExceeded",
@@ -62,6 +43,7 @@ __all__ = [
     "ScriptQuotaExceeded",
     "ScriptTimeout",
     "ServiceError",
+    "ServiceFamilyError",
     "TooManyCallsInFlight",
     "TooManyCallsQueued",
     "WorkerCrashed",
@@ -69,7 +51,11 @@ __all__ = [
 ]
 
 
-class HostCallError(RhaipoolError):
+class PoolFamilyError(RhaipoolError):
+    """The root of the pool family: the pool could not take, load or host a call, or reach a worker."""
+
+
+class HostCallError(PoolFamilyError):
     """Raise from a host handler to make the script see ``throw value`` (catchable)."""
 
     def __init__(self, value: Any) -> None:
@@ -77,7 +63,7 @@ class HostCallError(RhaipoolError):
         self.value = value
 
 
-class LoadError(RhaipoolError):
+class LoadError(PoolFamilyError):
     """A script could not be loaded; nothing was cached for it."""
 
     def __init__(self, message: str, *, name: str = "", sha: str = "") -> None:
@@ -192,7 +178,7 @@ class Quarantined(CallFailed):
         self.until = until
 
 
-class PoolError(RhaipoolError):
+class PoolError(PoolFamilyError):
     """The pool cannot take the call at all."""
 
 
@@ -236,7 +222,11 @@ class ScriptQuotaExceeded(QuotaExceeded):
     """The tenant's loaded scripts (``tenant_max_scripts`` / ``tenant_max_script_bytes``) have no room."""
 
 
-class ServiceError(RhaipoolError):
+class ServiceFamilyError(RhaipoolError):
+    """The root of the service family: ``rhaipool serve`` refused or failed something, or its client did."""
+
+
+class ServiceError(ServiceFamilyError):
     """``coordinator.client``: the service answered 4xx/5xx (or could not be reached: status 0)."""
 
     def __init__(self, status: int, error: Any, retry_after: float | None = None) -> None:

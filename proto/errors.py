@@ -1,12 +1,8 @@
 """The root of every exception rhaipool raises, and the wire's own error family.
 
-    RhaipoolError
-    ├── ProtocolError            (proto: malformed or unexpected wire data)
-    │   ├── MalformedMessage     (frames, msgpack or fields do not parse or validate)
-    │   ├── UnknownCommand       (a command byte this version does not define)
-    │   ├── VersionMismatch      (the signature frame names another protocol or version)
-    │   └── TooLarge             (a frame or value exceeds a hard size cap)
-    └── ...                      (coordinator: call, pool, load and host families)
+``RhaipoolError`` is the root; ``ProtocolError`` (malformed or unexpected wire data) is the protocol
+family's, with ``MalformedMessage``, ``UnknownCommand``, ``VersionMismatch`` and ``TooLarge`` under it.
+The other families hang under the root from their own packages; the README draws the whole tree.
 
 It lives in ``proto`` -- the lowest layer -- so that ``worker`` and ``coordinator``
 can both build on it without importing each other.  Decoders in ``proto`` raise

@@ -1,10 +1,9 @@
-"""The worker's exceptions: how a call ends inside the sandbox, never the worker itself::
+"""The worker's exceptions: how a call ends inside the sandbox, never the worker itself.
 
-    RhaipoolError (proto.errors)
-    └── WorkerError            raised inside a worker
-        ├── CallAborted        a host function's call was cancelled: ends the script as ``Cancelled``
-        ├── DeadlineReached    a host function's wait outlived the deadline: ends it as ``ScriptTimeout``
-        └── ScriptFailure      a failed compile or call, already in the shape of a wire ERROR
+``WorkerError`` is the worker family's root: ``CallAborted`` (a host function's call was cancelled:
+ends the script as ``Cancelled``), ``DeadlineReached`` (a host function's wait outlived the deadline:
+ends it as ``ScriptTimeout``) and ``ScriptFailure`` (a failed compile or call, already in the shape
+of a wire ERROR). The README draws the whole tree.
 
 They live under the one root of ``proto.errors`` (the worker never imports the coordinator, and
 ``proto`` is below both), so the whole project has one exception tree.

@@ -35,7 +35,7 @@ from coordinator._cli.remote import SERVER_HELP, remote_infer, remote_models
 from coordinator.providers.config import ProviderConfigError, ProvidersConfig, resolve_script
 from coordinator.providers.failures import ProviderError
 from coordinator.providers.loader import OPTIONAL, ProviderLoadError, ProviderNotFound
-from coordinator.providers.request import RequestError
+from coordinator.providers.request import InvalidProviderRequest
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.providers.session import open_runtime, read_config
@@ -173,7 +173,7 @@ async def _infer(config: ProvidersConfig, name: str, request: Any, stream: bool,
                 if stream:
                     return await _stream(runtime, name, request, as_json, watch)
                 response = await runtime.inference(name, request)
-            except RequestError as exc:
+            except InvalidProviderRequest as exc:
                 return _fail(f"invalid request: {exc}", as_json, EXIT_USAGE, cls="RequestError")
             except ProviderError as exc:
                 return _provider_failure(exc, watch, as_json)
@@ -333,7 +333,7 @@ async def doctor_model(config: ProvidersConfig, target: str) -> dict[str, Any]:
             response = await runtime.inference(provider.name, request)
         except ProviderNotFound as exc:
             report["error"] = _not_found(name, config, exc)
-        except (ProviderLoadError, RequestError) as exc:
+        except (ProviderLoadError, InvalidProviderRequest) as exc:
             report["error"] = str(exc)
         except ProviderError as exc:
             report["error"] = f"{exc.class_name}: {exc.message}"

@@ -1,30 +1,17 @@
-"""The egress package's exceptions, and what a failed request looks like to a script (SPEC §3.16)::
+"""The egress family, and what a failed request looks like to a script.
 
-    RhaipoolError (proto.errors)
-    ├── EgressConfigError      an operator's ``[serve.egress]`` table is invalid (also ValueError)
-    ├── EgressDenied           the policy refuses this request; nothing was sent
-    │   └── SecretMisuse       a secret's placeholder where no secret may go (``secrets.py``)
-    └── HostError              a host function failed; ``.value`` is the map thrown into the script
-        └── EgressCapacityError               no room for this request or body (``budgets.py``) .limit .tenant
-            ├── EgressBudgetExhausted         a coordinator-wide budget is full
-            │   ├── ResponseBudgetExhausted   response bytes being read
-            │   └── StreamBudgetExhausted     stream bytes not yet handed over
-            └── EgressQuotaExceeded           one tenant's quota is full
-                ├── TenantRequestsExceeded        egress requests in flight
-                └── TenantResponseBytesExceeded   response bytes in flight
+Every class here descends from ``EgressError``, the family's root (the README draws the tree):
+the policy refusing a request (``EgressDenied``), a host function's failure as the script sees it
+(``HostError``: ``.value`` is exactly the map the script's ``catch`` sees; ``EgressCapacityError``
+and its budget and quota subclasses when egress had no room), and the failures egress raises itself
+rather than the HTTP library (``TransportFailure`` and its subclasses, ``DnsFailure``,
+``BodyDecodeError``, ``NoAllowedAddress``). How each failure reaches a script:
+docs/scripts/errors.md#failure-labels.
 
-``HostError.value`` is exactly the map the script's ``catch`` sees; the transport's (aiohttp's)
-exceptions are translated here and nowhere else (STYLE practice 2). Their messages are worded as
-egress has always worded them (it ran on httpx until the transport moved to aiohttp for CPU per
-request), so a script, a log search or an alert written against them keeps matching.
-
-Transport failures raised by egress itself rather than by the HTTP library::
-
-    TransportFailure           no complete answer (message as the script sees it)
-    ├── BodyIncomplete         the peer closed before the whole body arrived
-    ├── TooManyRedirects       more than MAX_REDIRECTS same-origin hops
-    ├── InvalidRequest             a URL the transport cannot send (bad port, malformed)
-    └── DnsFailure (OSError)   the host name did not resolve (raised inside the resolver)
+The transport's (aiohttp's) exceptions are translated here and nowhere else (STYLE practice 2).
+Their messages are worded as egress has always worded them (it ran on httpx until the transport
+moved to aiohttp for CPU per request), so a script, a log search or an alert written against them
+keeps matching.
 """
 
 from __future__ import annotations
@@ -49,6 +36,7 @@ __all__ = [
     "EgressCapacityError",
     "EgressConfigError",
     "EgressDenied",
+    "EgressError",
     "EgressQuotaExceeded",
     "HostError",
     "InvalidRequest",
@@ -70,11 +58,15 @@ __all__ = [
 MAX_ERROR_BODY_CHARS = 4096
 
 
-class EgressConfigError(RhaipoolError, ValueError):
+class EgressError(RhaipoolError):
+    """The root of the egress family: every error of a request a script asked for, or of its policy."""
+
+
+class EgressConfigError(EgressError, ValueError):
     """An operator's egress table (``[serve.egress]``) is invalid; the message names the key."""
 
 
-class EgressDenied(RhaipoolError):
+class EgressDenied(EgressError):
     """The policy refuses this request; nothing was sent."""
 
 
@@ -82,7 +74,7 @@ class SecretMisuse(EgressDenied):
     """A request carries a secret's placeholder where no secret may go; nothing was sent."""
 
 
-class HostError(RhaipoolError):
+class HostError(EgressError):
     """A host function failed; ``value`` is the map thrown into the script, exactly the reference's keys.
 
     ``failure_kind`` is what the coordinator worked out about the failure (one of the ten labels), kept
@@ -139,7 +131,7 @@ class TenantResponseBytesExceeded(EgressQuotaExceeded):
     limit = "tenant_response_bytes"
 
 
-class TransportFailure(RhaipoolError):
+class TransportFailure(EgressError):
     """A request egress itself gave up on; ``str`` is the message the script sees."""
 
 
@@ -155,15 +147,15 @@ class InvalidRequest(TransportFailure):
     """A URL or header the transport cannot send."""
 
 
-class DnsFailure(RhaipoolError, OSError):
+class DnsFailure(EgressError, OSError):
     """The host name did not resolve (an OSError so the connector reports it as a DNS error)."""
 
 
-class BodyDecodeError(RhaipoolError):
+class BodyDecodeError(EgressError):
     """The body claimed a content coding it is not encoded in."""
 
 
-class NoAllowedAddress(RhaipoolError):
+class NoAllowedAddress(EgressError):
     """The resolver found only addresses the policy refuses (turned into EgressDenied by the caller)."""
 
     def __init__(self, host: str, address: str) -> None:

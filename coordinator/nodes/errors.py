@@ -1,20 +1,17 @@
-"""The nodes package's exceptions::
-
-RhaipoolError (proto.errors)
-├── KeyFileError           a key operation that cannot be done (bad input: exit code 2 in the CLI)
-│   └── KeyExists          the key file is there already; keys are never overwritten (exit code 1)
-├── NodesConfigError       the [nodes] table of the service config is wrong          .where
-└── SessionEnded           a node's session with its coordinator ended (reset, silence, drain)  .leave
+"""The nodes package's exceptions, in the pool family (``coordinator.errors.PoolFamilyError``):
+a key operation that cannot be done (``KeyFileError``; ``KeyExists``: keys are never overwritten),
+a wrong ``[nodes]`` table (``NodesConfigError``), and a node's session with its coordinator ending
+(``SessionEnded``). The README draws the tree.
 """
 
 from __future__ import annotations
 
-from proto.errors import RhaipoolError
+from coordinator.errors import PoolFamilyError
 
 __all__ = ["KeyExists", "KeyFileError", "NodesConfigError", "SessionEnded"]
 
 
-class KeyFileError(RhaipoolError):
+class KeyFileError(PoolFamilyError):
     """A key operation that cannot be done (bad name, missing key or directory, unreadable file)."""
 
 
@@ -22,7 +19,7 @@ class KeyExists(KeyFileError):
     """The key file is there already: keys are never overwritten."""
 
 
-class NodesConfigError(RhaipoolError):
+class NodesConfigError(PoolFamilyError):
     """The ``[nodes]`` table names something wrong: the message says which key and why."""
 
     def __init__(self, where: str, message: str) -> None:
@@ -30,7 +27,7 @@ class NodesConfigError(RhaipoolError):
         self.where = where
 
 
-class SessionEnded(RhaipoolError):
+class SessionEnded(PoolFamilyError):
     """A node's session with its coordinator ended; ``leave`` says whether the node leaves or rejoins."""
 
     def __init__(self, why: str, leave: bool = False) -> None:

@@ -1,25 +1,16 @@
-"""The provider runtime's exceptions, one module so the package's part of the tree reads in one place::
+"""The provider family: every exception of the provider runtime, under ``ProviderFamilyError``.
 
-    RhaipoolError (proto.errors)
-    ├── ProviderConfigError            the configuration file is unreadable or a table is invalid
-    ├── ProviderLoadError              the provider exists but could not be loaded
-    │   └── ProviderNotFound           no script of that name (or its path was refused)
-    ├── RequestError                   the caller's request lacks the documented shape (also ValueError)
-    ├── Unconvertible                  a script value with no JSON form (also ValueError)
-    └── ProviderError                  a provider call failed (SPEC §3.16); ``transient`` drives retries
-        ├── RateLimitExceeded          transient, capacity schedule
-        ├── RequestFailed              transient (transport, server, ``transient: true``)
-        │   └── ProviderCallTimeout    the call ran into its wall-clock cap (``call_timeout_secs``)
-        ├── ApiError                   transient only when its text names a capacity/server condition
-        ├── Unavailable                permanent; credits-exhausted / auth-failed / forbidden (fail over)
-        ├── InvalidResponse            permanent
-        ├── TokenLimitExceeded         permanent; the request was never sent
-        └── UnclassifiedProviderError  permanent (plain throws, Rhai errors, our own limits)
-            └── RerunDiverged          a re-run after a worker death asked for another request
+Configuration (``ProviderConfigError``), loading (``ProviderLoadError``, ``ProviderNotFound``), the
+caller's input (``InvalidProviderRequest``, ``Unconvertible``, both also ``ValueError``), and a
+failed provider call (``ProviderError``, whose ``transient`` drives retries, and its classes: the
+reference's ``RateLimitExceeded``, ``RequestFailed``, ``ApiError``, ``Unavailable``,
+``InvalidResponse``, ``TokenLimitExceeded`` and ``UnclassifiedProviderError``). The README draws the
+tree.
 
 ``ProviderError.class_name`` is the class a caller sees in ``{"class", "message", "transient"}``
-(SPEC §4): the reference's names, so ``UnclassifiedProviderError`` still reports ``"Other"``.
-How a thrown value maps onto these classes is ``coordinator.providers.failures``.
+(docs/scripts/errors.md#provider-error-classes): the reference's names, so
+``UnclassifiedProviderError`` still reports ``"Other"``. How a thrown value maps onto these classes
+is ``coordinator.providers.failures``.
 """
 
 from __future__ import annotations
@@ -30,14 +21,15 @@ from proto.errors import RhaipoolError
 
 __all__ = [
     "ApiError",
+    "InvalidProviderRequest",
     "InvalidResponse",
     "ProviderCallTimeout",
     "ProviderConfigError",
     "ProviderError",
+    "ProviderFamilyError",
     "ProviderLoadError",
     "ProviderNotFound",
     "RateLimitExceeded",
-    "RequestError",
     "RequestFailed",
     "RerunDiverged",
     "TokenLimitExceeded",
@@ -47,11 +39,15 @@ __all__ = [
 ]
 
 
-class ProviderConfigError(RhaipoolError):
+class ProviderFamilyError(RhaipoolError):
+    """The root of the provider family: a provider could not be configured, loaded, asked or called."""
+
+
+class ProviderConfigError(ProviderFamilyError):
     """The configuration file is unreadable or a provider table is invalid."""
 
 
-class ProviderLoadError(RhaipoolError):
+class ProviderLoadError(ProviderFamilyError):
     """The provider exists but could not be loaded; ``str()`` is the reference's message."""
 
 
@@ -59,15 +55,15 @@ class ProviderNotFound(ProviderLoadError):
     """No script of that name (or its path was refused)."""
 
 
-class RequestError(RhaipoolError, ValueError):
+class InvalidProviderRequest(ProviderFamilyError, ValueError):
     """The caller's request does not have the documented shape (still a ``ValueError``)."""
 
 
-class Unconvertible(RhaipoolError, ValueError):
+class Unconvertible(ProviderFamilyError, ValueError):
     """A value with no JSON form (function pointer, custom type...) (still a ``ValueError``)."""
 
 
-class ProviderError(RhaipoolError):
+class ProviderError(ProviderFamilyError):
     """A provider call failed; ``transient`` says whether the retry loop may try again."""
 
     class_name: ClassVar[str] = "Other"
@@ -92,7 +88,8 @@ class ProviderError(RhaipoolError):
         self.retry_after = retry_after
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``{"class", "message", "transient"}`` shape of SPEC §4 (``rhaipool infer --json``)."""
+        """The ``{"class", "message", "transient"}`` shape (``rhaipool infer --json``;
+        docs/scripts/errors.md#provider-error-classes)."""
         out: dict[str, Any] = {"class": self.class_name, "message": self.message, "transient": self.transient}
         if self.reason is not None:
             out["reason"] = self.reason

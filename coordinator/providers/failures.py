@@ -1,16 +1,7 @@
-"""Provider failures: how a thrown value maps onto the error classes a caller sees (SPEC §3.16).
+"""Provider failures: how a thrown value maps onto the error classes a caller sees
+(docs/scripts/errors.md#provider-error-classes).
 
-The classes live in ``coordinator.providers.errors`` (re-exported here):
-
-    ProviderError (RhaipoolError)
-    ├── RateLimitExceeded     transient, capacity schedule
-    ├── RequestFailed         transient (transport, server, ``transient: true``)
-    ├── ApiError              transient only when its text names a capacity/server condition
-    ├── Unavailable           permanent; credits-exhausted / auth-failed / forbidden (fail over)
-    ├── InvalidResponse       permanent
-    ├── TokenLimitExceeded    permanent; the request was never sent
-    └── UnclassifiedProviderError  permanent (plain throws, Rhai errors, our own limits; class "Other")
-
+The classes live in ``coordinator.providers.errors`` (re-exported here; the README draws the tree).
 The classification never depends on ``failure_kind``: that label only decorates the message with a
 remedy sentence so a person knows what to do next.
 """

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from coordinator.providers.errors import RequestError
+from coordinator.providers.errors import InvalidProviderRequest
 from coordinator.providers.models import Capabilities
 from coordinator.providers.response import to_json_text
 
 __all__ = [
     "DEFAULT_TEMPERATURE",
-    "RequestError",
+    "InvalidProviderRequest",
     "build_request",
     "prompt_text",
 ]
@@ -31,20 +31,20 @@ def _system(raw: Any) -> list[dict[str, Any]]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise RequestError("request.system must be an array of blocks")
+        raise InvalidProviderRequest("request.system must be an array of blocks")
     blocks = []
     for i, block in enumerate(raw):
         if isinstance(block, str):
             block = {"text": block}
         if not isinstance(block, dict) or not isinstance(block.get("text"), str):
-            raise RequestError(f"request.system[{i}] must be a block with a string text")
+            raise InvalidProviderRequest(f"request.system[{i}] must be a block with a string text")
         hint = block.get("cache_hint", "UntilChanged")
         sliding = isinstance(hint, dict) and "SlidingPrefix" in hint
         if not (sliding or (isinstance(hint, str) and hint in _HINTS)):
-            raise RequestError(f"request.system[{i}].cache_hint {hint!r} is not a cache hint")
+            raise InvalidProviderRequest(f"request.system[{i}].cache_hint {hint!r} is not a cache hint")
         volatility = block.get("volatility", "rewritten")
         if not isinstance(volatility, str) or volatility not in _VOLATILITY:
-            raise RequestError(f"request.system[{i}].volatility must be stable, grows or rewritten")
+            raise InvalidProviderRequest(f"request.system[{i}].volatility must be stable, grows or rewritten")
         region = block.get("region", "")
         blocks.append(
             {"text": block["text"], "cache_hint": hint, "region": str(region), "volatility": volatility}
@@ -54,14 +54,14 @@ def _system(raw: Any) -> list[dict[str, Any]]:
 
 def _messages(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list):
-        raise RequestError("request.messages must be an array")
+        raise InvalidProviderRequest("request.messages must be an array")
     out = []
     for i, message in enumerate(raw):
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise RequestError(f"request.messages[{i}] must have role user or assistant")
+            raise InvalidProviderRequest(f"request.messages[{i}] must have role user or assistant")
         content = message.get("content")
         if not isinstance(content, (str, list)):
-            raise RequestError(f"request.messages[{i}].content must be a string or a block list")
+            raise InvalidProviderRequest(f"request.messages[{i}].content must be a string or a block list")
         item: dict[str, Any] = {"role": message["role"], "content": content}
         if message.get("cache_breakpoint") is True:
             item["cache_breakpoint"] = True
@@ -73,11 +73,11 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise RequestError("request.tools must be an array")
+        raise InvalidProviderRequest("request.tools must be an array")
     tools = []
     for i, tool in enumerate(raw):
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            raise RequestError(f"request.tools[{i}] must have a string name")
+            raise InvalidProviderRequest(f"request.tools[{i}] must have a string name")
         tools.append(
             {
                 "name": tool["name"],
@@ -114,17 +114,17 @@ def _int_field(value: Any, name: str) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise RequestError(f"request.{name} must be a non-negative integer")
+        raise InvalidProviderRequest(f"request.{name} must be a non-negative integer")
     return value
 
 
 def build_request(raw: Any, caps: Capabilities, default_model: str | None = None) -> dict[str, Any]:
     """A complete request map from a partial one (defaults of SPEC §3.6)."""
     if not isinstance(raw, dict):
-        raise RequestError("the request must be a JSON object")
+        raise InvalidProviderRequest("the request must be a JSON object")
     model = raw.get("model", default_model)
     if not isinstance(model, str) or not model:
-        raise RequestError("request.model is required (or the script's @default_model)")
+        raise InvalidProviderRequest("request.model is required (or the script's @default_model)")
     request: dict[str, Any] = {
         "system": _system(raw.get("system")),
         "messages": _messages(raw.get("messages", [])),
@@ -133,7 +133,7 @@ def build_request(raw: Any, caps: Capabilities, default_model: str | None = None
     }
     temperature = raw.get("temperature", DEFAULT_TEMPERATURE)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise RequestError("request.temperature must be a number")
+        raise InvalidProviderRequest("request.temperature must be a number")
     # A model whose capabilities say no temperature always gets 0.0, whatever the stage asked (§3.6).
     request["temperature"] = float(temperature) if caps.supports_temperature else 0.0
     max_tokens = _int_field(raw.get("max_tokens"), "max_tokens")
@@ -143,7 +143,7 @@ def build_request(raw: Any, caps: Capabilities, default_model: str | None = None
     request["max_tokens"] = max_tokens
     extra = raw.get("extra")
     if extra is not None and not isinstance(extra, dict):
-        raise RequestError("request.extra must be an object or null")
+        raise InvalidProviderRequest("request.extra must be an object or null")
     request["extra"] = extra or None
     request["request_timeout_secs"] = _int_field(raw.get("request_timeout_secs"), "request_timeout_secs")
     return request

@@ -209,7 +209,8 @@ class ProviderRuntime:
         return caps
 
     def request_for(self, provider: LoadedProvider, raw: Any) -> dict[str, Any]:
-        """Fill a caller's partial request with the defaults of SPEC §3.6 (RequestError if malformed)."""
+        """Fill a caller's partial request with the defaults of SPEC §3.6 (InvalidProviderRequest if
+        malformed)."""
         model = raw.get("model") if isinstance(raw, dict) else None
         caps = self.capabilities(provider, model or provider.metadata.default_model or "")
         return build_request(raw, caps, provider.metadata.default_model)
@@ -315,7 +316,8 @@ class ProviderRuntime:
         return response
 
     async def inference(self, name: str, raw_request: Any, *, tenant: str = DEFAULT_TENANT) -> Response:
-        """One inference with retries; raises ProviderError (or ProviderLoadError / RequestError)."""
+        """One inference with retries; raises ProviderError (or ProviderLoadError /
+        InvalidProviderRequest)."""
         provider = await self.get(name, tenant=tenant)
         return await self.inference_for(provider, raw_request, tenant=tenant)
 

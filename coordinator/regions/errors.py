@@ -1,12 +1,9 @@
-"""The region runtime's exceptions, one module so the package's part of the tree reads in one place::
+"""The region family: every exception of the region runtime, under ``RegionError``.
 
-    RhaipoolError (proto.errors)
-    ├── RegionLoadError        a hard load-time error: nothing runs (§1.2 step 5)
-    ├── RegionWriteError       ``WriteReport.raise_for_error``: the region refused a write
-    ├── BudgetExceeded         the entry does not fit the region's own budget (``TokenBudgetExceeded``)
-    ├── RegionFull             a non-empty ``admission = "reject"`` region refused a write
-    ├── PinnedOverBudget       pinned regions alone exceed the window
-    └── InvalidShape           a render value breaks the §1.6 grammar (also a ``ValueError``)
+A hard load-time error (``RegionLoadError``: nothing runs), a refused write (``RegionWriteError``
+from ``WriteReport.raise_for_error``, ``BudgetExceeded``, ``RegionFull``), a window whose pinned
+regions alone exceed it (``PinnedOverBudget``), and a render value outside the grammar
+(``InvalidShape``, also a ``ValueError``). The README draws the tree.
 
 Messages are the reference runtime's, word for word, where it has one.
 """
@@ -19,21 +16,26 @@ __all__ = [
     "BudgetExceeded",
     "InvalidShape",
     "PinnedOverBudget",
+    "RegionError",
     "RegionFull",
     "RegionLoadError",
     "RegionWriteError",
 ]
 
 
-class RegionLoadError(RhaipoolError):
+class RegionError(RhaipoolError):
+    """The root of the region family: a region could not be loaded, written, rendered or assembled."""
+
+
+class RegionLoadError(RegionError):
     """A hard load-time error: nothing runs, no tokens are spent (§1.2 step 5)."""
 
 
-class RegionWriteError(RhaipoolError):
+class RegionWriteError(RegionError):
     """Raised by ``WriteReport.raise_for_error`` for a write the region refused."""
 
 
-class BudgetExceeded(RhaipoolError):
+class BudgetExceeded(RegionError):
     """``TokenBudgetExceeded``: the entry does not fit the region's own budget."""
 
     def __init__(self, used: int, budget: int) -> None:
@@ -42,7 +44,7 @@ class BudgetExceeded(RhaipoolError):
         self.budget = budget
 
 
-class RegionFull(RhaipoolError):
+class RegionFull(RegionError):
     """``RegionFull``: a non-empty ``admission = "reject"`` region refused a write."""
 
     def __init__(self, name: str, held: int, budget: int) -> None:
@@ -53,7 +55,7 @@ class RegionFull(RhaipoolError):
         self.name = name
 
 
-class PinnedOverBudget(RhaipoolError):
+class PinnedOverBudget(RegionError):
     """Pinned, compact-history and persistent custom regions alone exceed the window."""
 
     def __init__(self, pinned: int, budget: int) -> None:
@@ -62,5 +64,5 @@ class PinnedOverBudget(RhaipoolError):
         self.budget = budget
 
 
-class InvalidShape(RhaipoolError, ValueError):
+class InvalidShape(RegionError, ValueError):
     """The render value breaks the §1.6 grammar; ``str(exc)`` says where (still a ``ValueError``)."""

@@ -30,7 +30,7 @@ from coordinator.errors import (
 )
 from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
 from coordinator.service.gate import Gate
-from coordinator.service.http import HTTPError
+from coordinator.service.http import RouteError
 from coordinator.service.idempotency import Idempotency
 from coordinator.service.metrics import Metrics
 from coordinator.service.observer import CallObserver
@@ -42,7 +42,7 @@ log = logging.getLogger("rhaipool.service")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPError)
+    assert isinstance(exc, RouteError)
     return exc.response()
 
 
@@ -78,7 +78,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 _HANDLERS: dict[Any, Any] = {
-    HTTPError: _http_error,
+    RouteError: _http_error,
     HTTPException: _starlette_error,
     Overloaded: _busy,
     PoolClosed: _busy,

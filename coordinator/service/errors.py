@@ -1,15 +1,10 @@
-"""The service's exceptions, one module so the package's part of the tree reads in one place::
+"""The service's exceptions, in the service family (``coordinator.errors.ServiceFamilyError``).
 
-    RhaipoolError (proto.errors)
-    ├── ServiceConfigError     the service config file cannot be used (also a ``ValueError``)
-    │   └── SecretsUnavailable a sealed provider table cannot be opened, or a secret cannot be sealed
-    ├── HTTPError              a route answers with this JSON error instead of its result
-    │   ├── StorageFailed      a change could not be committed (507 disk full, 503 otherwise); nothing changed
-    │   ├── LimitReached       a tenant's service quota refused the request (429, or 413 for a size)
-    │   └── InvalidName        a script, region or provider name outside the one rule (400)
-    └── RegionExists           a region of that name is already open for the tenant
-
-The client's side of a failed request is ``coordinator.errors.ServiceError``.
+A config file that cannot be used (``ServiceConfigError``, also a ``ValueError``; ``SecretsUnavailable``
+when a sealed table cannot be opened), a route's answer instead of its result (``RouteError`` and
+its subclasses ``StorageFailed``, ``LimitReached``, ``InvalidName``), and a region already open
+(``RegionExists``). The client's side of a failed request is ``coordinator.errors.ServiceError``, in
+the same family. The README draws the tree.
 """
 
 from __future__ import annotations
@@ -18,20 +13,20 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from proto.errors import RhaipoolError
+from coordinator.errors import ServiceFamilyError
 
 __all__ = [
-    "HTTPError",
     "InvalidName",
     "LimitReached",
     "RegionExists",
+    "RouteError",
     "SecretsUnavailable",
     "ServiceConfigError",
     "StorageFailed",
 ]
 
 
-class ServiceConfigError(RhaipoolError, ValueError):
+class ServiceConfigError(ServiceFamilyError, ValueError):
     """The config file cannot be used; the message is one line naming the key."""
 
 
@@ -40,7 +35,7 @@ class SecretsUnavailable(ServiceConfigError):
     secret values cannot be stored because no key is configured."""
 
 
-class HTTPError(RhaipoolError):
+class RouteError(ServiceFamilyError):
     """A response to send instead of the route's result."""
 
     def __init__(self, status: int, error: Any, headers: dict[str, str] | None = None) -> None:
@@ -52,14 +47,14 @@ class HTTPError(RhaipoolError):
         return JSONResponse({"error": self.error}, self.status, headers=self.headers)
 
 
-class StorageFailed(HTTPError):
+class StorageFailed(RouteError):
     """The database refused a commit (disk full: 507; I/O error, locked: 503); nothing was changed."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(status, message, {"Retry-After": "5"} if status == 503 else None)
 
 
-class LimitReached(HTTPError):
+class LimitReached(RouteError):
     """A tenant's service quota (``quota``, its serve.toml key) refused the request; nothing changed.
 
     429 with ``Retry-After`` when waiting can help (streams, connections, regions being closed), 413
@@ -72,12 +67,12 @@ class LimitReached(HTTPError):
         self.quota = quota
 
 
-class InvalidName(HTTPError, ValueError):
+class InvalidName(RouteError, ValueError):
     """A name outside the rule: a 400 when a route raises it, a validation error inside a schema."""
 
     def __init__(self, message: str) -> None:
         super().__init__(400, message)
 
 
-class RegionExists(RhaipoolError):
+class RegionExists(ServiceFamilyError):
     """A region of that name is already open for the tenant."""

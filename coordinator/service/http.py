@@ -1,7 +1,7 @@
 """Small HTTP helpers every route uses: JSON errors, bodies validated by their schema, the caller's tenant.
 
 Errors are ``{"error": "one line"}`` (the reference's scripts API shape) with a 4xx/5xx status; a route
-raises :class:`HTTPError` and the app turns it into that response, so no handler builds one by hand.
+raises :class:`RouteError` and the app turns it into that response, so no handler builds one by hand.
 A body is read under ``max_body_bytes`` and parsed by its schema's validator (coordinator/service/
 schemas.py) in one pass; what fails is described in one line naming the field, with a "did you mean"
 for a mistyped key.
@@ -22,13 +22,13 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from coordinator.service.auth import ADMIN
-from coordinator.service.errors import HTTPError
+from coordinator.service.errors import RouteError
 from coordinator.service.names import shown
 from coordinator.service.state import Service
 
 __all__ = [
-    "HTTPError",
     "JSONReply",
+    "RouteError",
     "note_script",
     "parse_body",
     "problem",
@@ -72,8 +72,8 @@ def _identify(request: Request) -> str | object | None:
     return service.tokens.identify(request.headers.get("authorization"))
 
 
-def _unauthorized() -> HTTPError:
-    return HTTPError(401, "unauthorized", {"WWW-Authenticate": "Bearer"})
+def _unauthorized() -> RouteError:
+    return RouteError(401, "unauthorized", {"WWW-Authenticate": "Bearer"})
 
 
 def require_tenant(request: Request) -> str:
@@ -125,12 +125,12 @@ async def parse_body(request: Request, schema: Any) -> Any:
     limit = service_of(request).config.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise HTTPError(413, f"request body larger than {limit} bytes")
+        raise RouteError(413, f"request body larger than {limit} bytes")
     raw = await _read_body(request.receive, limit)
     try:
         return _validator(schema)(raw)
     except ValidationError as exc:
-        raise HTTPError(400, problem(schema, raw, exc)) from None
+        raise RouteError(400, problem(schema, raw, exc)) from None
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
@@ -148,7 +148,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise HTTPError(413, f"request body larger than {limit} bytes")
+            raise RouteError(413, f"request body larger than {limit} bytes")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)

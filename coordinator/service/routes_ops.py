@@ -16,7 +16,7 @@ from starlette.routing import Route
 from coordinator.service.auth import ADMIN, METRICS
 from coordinator.service.config import TENANT_ID
 from coordinator.service.http import (
-    HTTPError,
+    RouteError,
     parse_body,
     reply,
     require_admin,
@@ -51,7 +51,7 @@ async def metrics(request: Request) -> Response:
     service = service_of(request)
     service.maybe_reload()
     if service.tokens.identify(request.headers.get("authorization")) not in (ADMIN, METRICS):
-        raise HTTPError(401, "unauthorized", {"WWW-Authenticate": "Bearer"})
+        raise RouteError(401, "unauthorized", {"WWW-Authenticate": "Bearer"})
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
 
 
@@ -126,7 +126,7 @@ async def admin_reload(request: Request) -> Response:
     try:
         service_of(request).reload()
     except ValueError as exc:
-        raise HTTPError(400, f"config not reloaded: {exc}") from None
+        raise RouteError(400, f"config not reloaded: {exc}") from None
     return reply({"reloaded": True, "tenants": sorted(service_of(request).tokens.tenants)})
 
 
@@ -141,7 +141,7 @@ async def admin_put_tenant(request: Request) -> Response:
     require_admin(request)
     tenant = request.path_params["tenant"]
     if not TENANT_ID.match(tenant):
-        raise HTTPError(400, f"Invalid tenant id '{shown(tenant)}': letters, digits, '.', '_' and '-' only")
+        raise RouteError(400, f"Invalid tenant id '{shown(tenant)}': letters, digits, '.', '_' and '-' only")
     body = await parse_body(request, TenantToken)
     fresh = await service_of(request).put_tenant(tenant, body.token_sha256.lower())
     return reply({"tenant": tenant}, 201 if fresh else 200)
@@ -152,7 +152,7 @@ async def admin_delete_tenant(request: Request) -> Response:
     require_admin(request)
     purge = request.query_params.get("purge", "false")
     if purge not in ("true", "false"):
-        raise HTTPError(400, "purge must be true or false")
+        raise RouteError(400, "purge must be true or false")
     await service_of(request).revoke_tenant(request.path_params["tenant"], purge=purge == "true")
     return Response(status_code=204)
 

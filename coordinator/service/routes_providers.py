@@ -24,16 +24,16 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from coordinator.providers import (
+    InvalidProviderRequest,
     LoadedProvider,
     ProviderError,
     ProviderLoadError,
     ProviderNotFound,
-    RequestError,
 )
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.service.http import (
-    HTTPError,
+    RouteError,
     note_script,
     parse_body,
     reply,
@@ -56,12 +56,12 @@ STATUS: Final = {
 }
 
 
-def _failure(exc: ProviderError) -> HTTPError:
-    return HTTPError(STATUS.get(exc.class_name, 502), exc.to_dict())
+def _failure(exc: ProviderError) -> RouteError:
+    return RouteError(STATUS.get(exc.class_name, 502), exc.to_dict())
 
 
-def _other(status: int, message: str) -> HTTPError:
-    return HTTPError(status, {"class": "Other", "message": message, "transient": False})
+def _other(status: int, message: str) -> RouteError:
+    return RouteError(status, {"class": "Other", "message": message, "transient": False})
 
 
 def _target(request: Request) -> tuple[str, str, ProviderRuntime]:
@@ -87,7 +87,7 @@ async def _body(request: Request, schema: Any) -> Any:
     """The body by its schema; a refusal in the provider routes' error shape."""
     try:
         return await parse_body(request, schema)
-    except HTTPError as exc:
+    except RouteError as exc:
         raise _other(exc.status, str(exc.error)) from None
 
 
@@ -98,7 +98,7 @@ async def inference(request: Request) -> Response:
     provider = await _provider(request, runtime, name, tenant)
     try:  # the provider just looked up: ``inference(name)`` would look it up again
         response = await runtime.inference_for(provider, body, tenant=tenant)
-    except RequestError as exc:
+    except InvalidProviderRequest as exc:
         raise _other(400, f"invalid request: {exc}") from None
     except ProviderError as exc:
         raise _failure(exc) from None
@@ -121,7 +121,7 @@ async def _events(
                     yield _event(item.to_dict())
                 else:
                     yield _event(item.to_dict(), "error")
-        except RequestError as exc:
+        except InvalidProviderRequest as exc:
             yield _event(
                 {"class": "Other", "message": f"invalid request: {exc}", "transient": False}, "error"
             )
@@ -191,7 +191,7 @@ async def get_config(request: Request) -> Response:
     tenant, name = _table_target(request)
     table = service_of(request).provider_config(tenant, name)
     if table is None:
-        raise HTTPError(404, f"No provider table: {name}")
+        raise RouteError(404, f"No provider table: {name}")
     return reply(table)
 
 
@@ -199,7 +199,7 @@ async def delete_config(request: Request) -> Response:
     """204, or 404 when the tenant has no table of that name."""
     tenant, name = _table_target(request)
     if not await service_of(request).delete_provider_config(tenant, name):
-        raise HTTPError(404, f"No provider table: {name}")
+        raise RouteError(404, f"No provider table: {name}")
     return Response(status_code=204)
 
 

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from coordinator.regions import RegionLoadError, RenderMeta, Window
 from coordinator.service.http import (
-    HTTPError,
+    RouteError,
     note_script,
     parse_body,
     reply,
@@ -36,7 +36,7 @@ def _slot(request: Request) -> tuple[str, Slot]:
     name = request.path_params["region"]
     slot = service_of(request).regions.get(tenant, name)
     if slot is None:
-        raise HTTPError(404, f"No such region: {shown(name)}")
+        raise RouteError(404, f"No such region: {shown(name)}")
     note_script(request, slot.script, slot.region.script.sha256 if slot.region.script else None)
     return tenant, slot
 
@@ -54,13 +54,13 @@ async def create_region(request: Request) -> Response:
     options = {"persistent": body.persistent, "admission": body.admission, "volatility": body.volatility}
     service = service_of(request)
     if ("region_hook", body.script) not in service.scripts(tenant):
-        raise HTTPError(404, f"No such script: region_hook/{body.script}")
+        raise RouteError(404, f"No such script: region_hook/{body.script}")
     try:
         slot = await service.regions.open(tenant, body.name, body.script, body.budget, options)
     except RegionExists:
-        raise HTTPError(409, f"Region '{body.name}' already exists") from None
+        raise RouteError(409, f"Region '{body.name}' already exists") from None
     except RegionLoadError as exc:
-        raise HTTPError(422, str(exc)) from None
+        raise RouteError(422, str(exc)) from None
     return reply(slot.describe(), 201)
 
 
@@ -126,7 +126,7 @@ async def assemble(request: Request) -> Response:
     slots = [book.get(tenant, n) for n in body.regions]
     missing = [shown(n) for n, s in zip(body.regions, slots, strict=True) if s is None]
     if missing:
-        raise HTTPError(404, f"No such region: {', '.join(missing)}")
+        raise RouteError(404, f"No such region: {', '.join(missing)}")
     window = Window(body.max_tokens, [s.region for s in slots if s is not None])
     assembled, reports = await window.assemble(
         stage_name=body.stage_name, stage_iterations=body.stage_iterations, model=body.model

@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from coordinator.providers.metadata import parse_metadata
 from coordinator.service.http import (
-    HTTPError,
+    RouteError,
     note_script,
     parse_body,
     reply,
@@ -37,14 +37,14 @@ __all__ = ["ROUTES", "check_kind"]
 def check_kind(kind: str) -> str:
     """The kind, or 400 naming the supported ones."""
     if kind not in KINDS:
-        raise HTTPError(400, f"Unknown script kind '{shown(kind)}': expected {KIND_LIST}")
+        raise RouteError(400, f"Unknown script kind '{shown(kind)}': expected {KIND_LIST}")
     return kind
 
 
 def _target(request: Request) -> tuple[str, str, str]:
     tenant = require_tenant(request)
     if "agent" in request.query_params:
-        raise HTTPError(400, "Scripts are scoped to the token's tenant, so this route takes no ?agent=")
+        raise RouteError(400, "Scripts are scoped to the token's tenant, so this route takes no ?agent=")
     kind = check_kind(request.path_params["kind"])
     name = check_name(request.path_params["name"], "script")
     note_script(request, f"{kind}/{name}", None)
@@ -74,7 +74,7 @@ async def list_scripts(request: Request) -> Response:
     """Every script of the caller's tenant, by kind then name."""
     tenant = require_tenant(request)
     if "agent" in request.query_params:
-        raise HTTPError(400, "Scripts are scoped to the token's tenant, so this route takes no ?agent=")
+        raise RouteError(400, "Scripts are scoped to the token's tenant, so this route takes no ?agent=")
     rows = await service_of(request).storage.list_scripts(tenant)
     return reply({"scripts": [await _describe(request, tenant, row, content=False) for row in rows]})
 
@@ -84,7 +84,7 @@ async def get_script(request: Request) -> Response:
     tenant, kind, name = _target(request)
     row = await service_of(request).storage.get_script(tenant, kind, name)
     if row is None:
-        raise HTTPError(404, f"No such script: {kind}/{name}")
+        raise RouteError(404, f"No such script: {kind}/{name}")
     return reply(await _describe(request, tenant, row, content=True))
 
 
@@ -105,7 +105,7 @@ async def delete_script(request: Request) -> Response:
     """204, or 404 when there is no such script."""
     tenant, kind, name = _target(request)
     if not await service_of(request).delete_script(tenant, kind, name):
-        raise HTTPError(404, f"No such script: {kind}/{name}")
+        raise RouteError(404, f"No such script: {kind}/{name}")
     return Response(status_code=204)
 
 

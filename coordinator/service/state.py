@@ -39,7 +39,7 @@ from coordinator.providers.config import (
 )
 from coordinator.service.auth import Tokens
 from coordinator.service.config import ServeConfig, ServiceConfigError, TenantLimits, load_service_config
-from coordinator.service.errors import HTTPError, LimitReached
+from coordinator.service.errors import LimitReached, RouteError
 from coordinator.service.regions import RegionBook
 from coordinator.service.secrets import Sealer, SecretsUnavailable
 from coordinator.service.storage import ScriptRow, ScriptStamp, Storage
@@ -224,7 +224,7 @@ class Service:
 
     def _config_owned(self, tenant: str) -> None:
         if tenant in self.config.tenants:
-            raise HTTPError(
+            raise RouteError(
                 409,
                 f"tenant '{tenant}' is defined in the config file ([tenants.{tenant}]): change it there "
                 "and reload (SIGHUP); the admin API manages only tenants it added",
@@ -248,7 +248,7 @@ class Service:
         """Revoke an API tenant (its calls stop now; its data is kept for the retention) or purge it."""
         self._config_owned(tenant)
         if tenant not in self._api_tenants and tenant not in self._revoked:
-            raise HTTPError(404, f"No such tenant: {tenant}")
+            raise RouteError(404, f"No such tenant: {tenant}")
         if purge:
             await self.storage.purge_tenant(tenant)
             self._revoked.pop(tenant, None)
@@ -302,7 +302,7 @@ class Service:
         try:
             size = len(content.encode("utf-8"))
         except UnicodeEncodeError:
-            raise HTTPError(400, "script content is not valid Unicode (a lone surrogate)") from None
+            raise RouteError(400, "script content is not valid Unicode (a lone surrogate)") from None
         if old is None and len(own) >= limits.max_scripts:
             raise LimitReached("max_scripts", f"the tenant already stores {limits.max_scripts} scripts")
         total = self.script_bytes(tenant) - (old.size if old else 0) + size
@@ -372,19 +372,19 @@ class Service:
     async def put_provider_config(self, tenant: str, name: str, raw: dict[str, Any]) -> dict[str, Any]:
         """Set the tenant's own provider table (sealed at rest); its redacted copy."""
         if name in self.config.grants.get(tenant, ()):
-            raise HTTPError(
+            raise RouteError(
                 409,
                 f"provider '{name}' is granted to this tenant by the operator: its table is not the tenant's",
             )
         try:
             table = parse_provider_table(name, raw, base_dir=self.config.database.parent, tenant_owned=True)
         except ProviderConfigError as exc:
-            raise HTTPError(400, str(exc)) from None
+            raise RouteError(400, str(exc)) from None
         redacted = redacted_table(table)
         try:
             sealed = self.sealer.seal(raw, secret="********" in json.dumps(redacted))
         except SecretsUnavailable as exc:
-            raise HTTPError(409, str(exc)) from None
+            raise RouteError(409, str(exc)) from None
         await self.storage.put_provider_table(tenant, name, sealed)
         self._tables.setdefault(tenant, {})[name] = table
         self._reconfigure(tenant)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.providers.errors import InvalidResponse, RequestError
+from coordinator.providers.errors import InvalidProviderRequest, InvalidResponse
 from coordinator.providers.models import Capabilities
 from coordinator.providers.request import build_request
 from coordinator.providers.response import parse_response
@@ -33,7 +33,7 @@ def test_a_sliding_prefix_cache_hint_reaches_the_script_unchanged() -> None:
     "block", [{"text": "t", "cache_hint": ["Always"]}, {"text": "t", "volatility": {"a": 1}}]
 )
 def test_an_unhashable_hint_or_volatility_is_a_request_error(block: dict[str, object]) -> None:
-    with pytest.raises(RequestError):
+    with pytest.raises(InvalidProviderRequest):
         build_request({"model": "m1", "system": [block], "messages": []}, CAPS)
 
 
