@@ -102,6 +102,8 @@ class Row:
     load: float = 0.0
     main_cpu_ms_per_request: float = 0.0
     """Of ``cpu_ms_per_request``: the gateway's main process alone (rhaipool: the coordinator)."""
+    not_2xx: tuple[str, ...] = ()
+    """The first answers that were not 2xx (status and the start of the body), up to 3 per wrk thread."""
 
 
 def _family(pid: int) -> Callable[[], list[int]]:
@@ -120,11 +122,22 @@ def _cpu(pids: list[int]) -> dict[int, float]:
     return {pid: cpu_seconds(pid) for pid in pids}
 
 
+_WHY = (  # the first answers that were not 2xx, per wrk thread (a gateway's row only: it costs wrk CPU)
+    "local told = 0\n"
+    "function response(status, headers, body)\n"
+    "  if status >= 300 and told < 3 then\n"
+    "    told = told + 1\n"
+    '    io.write("\\nNON2XX ", status, " ", (body:sub(1, 200):gsub("%s+", " ")), "\\n")\n'
+    "  end\nend\n"
+)
+
+
 def _lua(target: Target, pause_ms: int) -> str:
     headers = "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in target.headers.items())
     delay = f"function delay() return {pause_ms} end\n" if pause_ms > 0 else ""
+    why = "" if target.name == "upstream" else _WHY
     return (
-        f'wrk.method = "POST"\nwrk.body = [==[{target.body.decode()}]==]\n{headers}{delay}'
+        f'wrk.method = "POST"\nwrk.body = [==[{target.body.decode()}]==]\n{headers}{delay}{why}'
         "function done(summary, latency, requests)\n"
         "  local e = summary.errors\n"
         '  io.write(string.format("\\nRESULT %d %d %d %d %d %d\\n", summary.requests, summary.duration,\n'
@@ -175,6 +188,7 @@ def drive(target: Target, connections: int, seconds: float, folder: Path, pause_
         pause_ms,
         load,
         (after[pids[0]] - before[pids[0]]) * 1000 / max(1, requests),
+        tuple(line.removeprefix("NON2XX ") for line in out.splitlines() if line.startswith("NON2XX ")),
     )
 
 
@@ -496,6 +510,7 @@ def _print(report: dict[str, Any]) -> None:
         if r["errors"] or r["non_2xx"]:
             notes.append(f"{r['errors']} errors, {r['non_2xx']} non-2xx")
         notes.append(f"load {r['load']:.2f}")
+        notes += [f"answered {why}" for why in r["not_2xx"][:1]]
         print(
             f"{r['target']:<12} {r['connections']:>5} {r['throughput']:>9.0f} {r['p50_ms']:>8.2f} "
             f"{r['p99_ms']:>8.2f} {r['cpu_ms_per_request']:>10.3f} {r['main_cpu_ms_per_request']:>8.3f}  "
