@@ -28,8 +28,7 @@ from coordinator.errors import (
     QuotaExceeded,
     ScriptQuotaExceeded,
 )
-from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
-from coordinator.service.gate import Gate
+from coordinator.service import front, routes_ops, routes_providers, routes_regions, routes_scripts
 from coordinator.service.http import RouteError
 from coordinator.service.idempotency import Idempotency
 from coordinator.service.metrics import Metrics
@@ -100,7 +99,10 @@ def create_app(service: Service) -> Any:
         finally:
             await service.stop()
 
-    routes = [*routes_providers.ROUTES, *routes_regions.ROUTES, *routes_scripts.ROUTES, *routes_ops.ROUTES]
+    routes = [
+        *routes_providers.ROUTES, *routes_regions.ROUTES, *routes_scripts.ROUTES, *routes_ops.ROUTES,
+        *front.ROUTES,
+    ]  # fmt: skip
     router = Starlette(
         # The router tries routes in order (a regex each, ~1 us apiece): the per-call data plane first.
         # No two routes match the same method and path, so the order changes nothing else.
@@ -109,9 +111,10 @@ def create_app(service: Service) -> Any:
         lifespan=lifespan,
     )
     metrics = Metrics(service)
-    gate = Gate(Idempotency(router, service), metrics, service)
+    gate = front.FrontGate(Idempotency(router, service), metrics, service)  # /v1: x-api-key, API error shapes
     service.on_revoked = gate.cut_tenants
     router.state.service = service
     router.state.metrics = metrics
     router.state.gate = gate
+    router.state.models_cache = front.ModelsCache()
     return gate

@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_LISTEN",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_HEADER_BYTES",
+    "DEFAULT_MODELS_CACHE_SECS",
     "LIMIT_KEYS",
     "TENANT_ID",
     "ServeConfig",
@@ -47,6 +48,7 @@ DEFAULT_LISTEN: Final = "127.0.0.1:8765"
 DEFAULT_MAX_BODY_BYTES: Final = 1 << 20
 DEFAULT_MAX_HEADER_BYTES: Final = 16 << 10
 DEFAULT_GRACE_SECS: Final = 10.0
+DEFAULT_MODELS_CACHE_SECS: Final = 60.0
 _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
 TENANT_ID: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -112,7 +114,7 @@ SERVE_KEYS: Final = (
     "max_body_bytes", "max_header_bytes", "grace_secs", "workers", "local_workers",
     "secrets_key_file", "tenant_retention_days", "tenant_defaults", "egress",
     "header_timeout_secs", "body_timeout_secs", "idle_timeout_secs", "max_connections",
-    "max_connections_per_address", "fd_reserve",
+    "max_connections_per_address", "fd_reserve", "models_cache_secs",
 )  # fmt: skip
 """Every key ``[serve]`` may hold (another is refused, with the nearest of these)."""
 
@@ -147,6 +149,8 @@ class ServeConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     grace_secs: float = DEFAULT_GRACE_SECS
+    models_cache_secs: float = DEFAULT_MODELS_CACHE_SECS
+    """How long ``GET /v1/models`` reuses a provider's ``list_models`` answer (0: ask every time)."""
     workers: int | None = None
     local_workers: int | None = None
     """``[serve] local_workers``: workers on this machine (0: every call runs on nodes)."""
@@ -187,6 +191,12 @@ def _positive(value: Any, where: str) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ServiceConfigError(f"{where} must be a positive number")
     return value
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
+        raise ServiceConfigError("[serve] models_cache_secs must be a number of seconds >= 0")
+    return float(value)
 
 
 def unknown_key(key: str, known: Any, where: str) -> ServiceConfigError:
@@ -321,6 +331,7 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
             _positive(serve.get("max_header_bytes", DEFAULT_MAX_HEADER_BYTES), "max_header_bytes")
         ),
         grace_secs=float(_positive(serve.get("grace_secs", DEFAULT_GRACE_SECS), "[serve] grace_secs")),
+        models_cache_secs=_seconds(serve.get("models_cache_secs", DEFAULT_MODELS_CACHE_SECS)),
         workers=None if workers is None else int(_positive(workers, "[serve] workers")),
         local_workers=local_workers,
         nodes=nodes,

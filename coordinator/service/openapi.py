@@ -18,6 +18,16 @@ from typing import Any, Final, Literal
 from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
+from coordinator.service.front.schemas import (
+    AnthropicErrorReply,
+    ChatCompletionBody,
+    ChatCompletionReply,
+    InputTokens,
+    MessageReply,
+    MessagesBody,
+    ModelsReply,
+    OpenAIErrorReply,
+)
 from coordinator.service.schemas import (
     OPENAPI_PATH,
     Assemble,
@@ -72,8 +82,10 @@ FAILURES: Final[Mapping[int, str]] = {
     413: "the body is larger than [serve] max_body_bytes, or a size quota is full",
     422: "the script does not load, or a value is over its quota's limit",
     429: "a quota of the tenant refused it (Retry-After)",
+    500: "the provider script failed or did not load (the /v1 fronts)",
     502: "the provider's API or script failed",
     503: "the pool is overloaded or closing, or storage is unavailable (retryable, Retry-After)",
+    504: "the provider did not answer in time (the /v1 fronts)",
     507: "storage is full: nothing changed",
 }
 """What each failure status means, whatever the route."""
@@ -104,6 +116,8 @@ _WRITE: Final = (400, 401, 413, 429, 503, 507)
 _CALL: Final = (400, 401, 404, 413, 429, 503)
 """A tenant's per-call request with a body."""
 _PROVIDER: Final = (*_CALL, 422)
+_FRONT: Final = (400, 401, 404, 413, 429, 500, 502, 503, 504)
+"""A /v1 front's call: its errors in the API's own shape."""
 _REGION_CHANGE: Final = (*_CALL, 507)
 
 API: Final[tuple[Endpoint, ...]] = (
@@ -202,6 +216,23 @@ API: Final[tuple[Endpoint, ...]] = (
     Endpoint(
         "DELETE", "/api/providers/{name}/config", "Remove the tenant's own provider table", _T, None,
         (204, None, "removed"), (400, 401, 404, 507),
+    ),
+    Endpoint(
+        "POST", "/v1/chat/completions", "OpenAI Chat Completions (model: PROVIDER/MODEL)", _T,
+        ChatCompletionBody, (200, ChatCompletionReply, "the completion, or chat.completion.chunk events"),
+        _FRONT, OpenAIErrorReply,
+    ),
+    Endpoint(
+        "GET", "/v1/models", "PROVIDER/ID of every model the tenant's providers list", _T, None,
+        (200, ModelsReply, "the models"), (401,), OpenAIErrorReply,
+    ),
+    Endpoint(
+        "POST", "/v1/messages", "Anthropic Messages (model: PROVIDER/MODEL; x-api-key or bearer)", _T,
+        MessagesBody, (200, MessageReply, "the message, or its stream events"), _FRONT, AnthropicErrorReply,
+    ),
+    Endpoint(
+        "POST", "/v1/messages/count_tokens", "The provider's count of a Messages prompt", _T, MessagesBody,
+        (200, InputTokens, "the count"), _FRONT, AnthropicErrorReply,
     ),
     Endpoint(
         "POST", "/api/admin/reload", "Re-read the config file (what SIGHUP does)", _A, None,

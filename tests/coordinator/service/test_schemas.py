@@ -11,7 +11,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 from starlette.routing import Route
 
-from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
+from coordinator.service import front, routes_ops, routes_providers, routes_regions, routes_scripts
 from coordinator.service.http import problem
 from coordinator.service.names import InvalidName, check_name
 from coordinator.service.openapi import (
@@ -63,7 +63,7 @@ def test_the_checked_in_document_is_the_generated_one() -> None:
 def test_the_api_table_documents_exactly_the_served_routes() -> None:
     served = {
         (m, r.path.replace(":path", ""))
-        for module in (routes_ops, routes_providers, routes_regions, routes_scripts)
+        for module in (routes_ops, routes_providers, routes_regions, routes_scripts, front)
         for r in module.ROUTES
         if isinstance(r, Route)
         for m in (r.methods or ()) - {"HEAD"}

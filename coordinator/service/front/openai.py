@@ -1,0 +1,356 @@
+"""OpenAI Chat Completions over a tenant's provider scripts: ``POST /v1/chat/completions``,
+``GET /v1/models``.
+
+The body is translated into the provider contract's request (SPEC §3.6) and run by the runtime the
+native ``/api/providers/{name}/inference`` route uses; the answer is translated back. ``model`` is
+``PROVIDER/MODEL``. What has no place in the contract's request goes through ``extra`` as given; what
+cannot be translated is a 400 naming the field (the table: docs/use-from-any-runtime.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from coordinator.providers import InvalidProviderRequest, ProviderError
+from coordinator.providers.response import Response as ContractResponse
+from coordinator.providers.response import StreamChunk, TokenUsage
+from coordinator.service.errors import RouteError
+from coordinator.service.front.common import (
+    ENCODE,
+    FrontError,
+    HeldStream,
+    failure,
+    invalid,
+    json_reply,
+    lookup,
+    models_cache,
+    open_stream,
+    split_model,
+    tool_arguments,
+)
+from coordinator.service.front.schemas import ChatCompletionBody, check_extra
+from coordinator.service.http import parse_body, require_tenant, service_of
+
+__all__ = ["ROUTES_OPENAI", "chat_request", "completion", "error_body", "list_models"]
+
+_KNOWN: Final = frozenset(
+    {"model", "messages", "tools", "tool_choice", "max_tokens", "max_completion_tokens", "temperature",
+     "stop", "stream", "stream_options", "n"}
+)  # fmt: skip
+"""Fields the translation reads; every other one goes to ``extra``."""
+_FINISH: Final = {"ToolCall": "tool_calls", "TokenLimit": "length", "Stop": "stop", "Complete": "stop"}
+_TYPES: Final = {
+    "invalid_request": "invalid_request_error",
+    "authentication": "invalid_request_error",
+    "permission": "permission_error",
+    "not_found": "invalid_request_error",
+    "too_large": "invalid_request_error",
+    "rate_limit": "rate_limit_error",
+    "server": "server_error",
+    "upstream": "server_error",
+    "overloaded": "server_error",
+    "timeout": "server_error",
+}
+
+
+def error_body(error: FrontError) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}``."""
+    code = error.code or ("invalid_api_key" if error.kind == "authentication" else None)
+    return {
+        "error": {"message": error.message, "type": _TYPES[error.kind], "param": error.param, "code": code}
+    }
+
+
+# -- request -------------------------------------------------------------------------------------
+
+
+def _text(content: Any, where: str) -> str:
+    """A content that must be text: a string, or text parts (joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise invalid(f"{where} must be a string or an array of content parts", where)
+    pieces = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise invalid(f"{where}[{j}]: content part type '{kind}' is not supported (only text)", where)
+        pieces.append(part["text"])
+    return "".join(pieces)
+
+
+def _user_content(content: Any, where: str) -> str | list[dict[str, Any]]:
+    if isinstance(content, list) and len(content) > 1:
+        _text(content, where)  # every part is text
+        return [{"type": "text", "text": part["text"]} for part in content]
+    return _text(content, where)
+
+
+def _tool_use(call: Any, where: str) -> dict[str, Any]:
+    if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+        raise invalid(f"{where} must be a tool call with a string id", where)
+    function = call.get("function")
+    if call.get("type", "function") != "function" or not isinstance(function, dict):
+        raise invalid(f"{where}: only function tool calls are supported", where)
+    name, arguments = function.get("name"), function.get("arguments", "{}")
+    if not isinstance(name, str):
+        raise invalid(f"{where}.function.name must be a string", where)
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            raise invalid(f"{where}.function.arguments is not JSON", where) from None
+    else:
+        parsed = arguments
+    block: dict[str, Any] = {"type": "tool_use", "id": call["id"], "name": name, "input": parsed}
+    signature = ((call.get("extra_content") or {}).get("google") or {}).get("thought_signature")
+    if isinstance(signature, str):  # what the reference runtime sends back for a Gemini call
+        block["thought_signature"] = signature
+    return block
+
+
+def _messages(raw: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system blocks, messages) of the contract from OpenAI's message list."""
+    system: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+    for i, message in enumerate(raw):
+        where = f"messages[{i}]"
+        role = message.get("role")
+        content = message.get("content")
+        if role in ("system", "developer"):
+            system.append({"text": _text(content, f"{where}.content")})
+        elif role == "user":
+            messages.append({"role": "user", "content": _user_content(content, f"{where}.content")})
+        elif role == "assistant":
+            calls = message.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise invalid(f"{where}.tool_calls must be an array", f"{where}.tool_calls")
+            text = _text(content, f"{where}.content")
+            if not calls:
+                messages.append({"role": "assistant", "content": text})
+                continue
+            blocks = [{"type": "text", "text": text}] if text else []
+            blocks += [_tool_use(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
+            messages.append({"role": "assistant", "content": blocks})
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise invalid(f"{where}.tool_call_id must be a string", f"{where}.tool_call_id")
+            result = {
+                "type": "tool_result",
+                "tool_use_id": call_id,
+                "content": _text(content, f"{where}.content"),
+                "is_error": False,
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last.get("_results"):  # consecutive results: one user turn
+                last["content"].append(result)
+            else:
+                messages.append({"role": "user", "content": [result], "_results": True})
+        else:
+            roles = "system, developer, user, assistant, tool"
+            raise invalid(f"{where}.role '{role}' is not supported ({roles})", f"{where}.role")
+    for message in messages:
+        message.pop("_results", None)
+    return system, messages
+
+
+def _tools(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    tools = []
+    for i, tool in enumerate(raw):
+        function = tool.get("function")
+        if tool.get("type") != "function" or not isinstance(function, dict):
+            raise invalid(f"tools[{i}]: only function tools are supported", f"tools[{i}]")
+        name = function.get("name")
+        if not isinstance(name, str):
+            raise invalid(f"tools[{i}].function.name must be a string", f"tools[{i}].function.name")
+        description = function.get("description")
+        tool_out: dict[str, Any] = {
+            "name": name,
+            "description": description if isinstance(description, str) else "",
+        }
+        if "parameters" in function:
+            tool_out["parameters"] = function["parameters"]
+        tools.append(tool_out)
+    return tools
+
+
+def chat_request(body: ChatCompletionBody) -> tuple[str, dict[str, Any]]:
+    """(provider, the contract's request) of a validated Chat Completions body."""
+    provider, model = split_model(body["model"])
+    if body.get("n") not in (None, 1):
+        raise invalid("n: only one choice per request is supported (n = 1)", "n")
+    system, messages = _messages(body["messages"])
+    request: dict[str, Any] = {"model": model, "system": system, "messages": messages}
+    tools = body.get("tools")
+    if tools:
+        request["tools"] = _tools(tools)
+    limit = body.get("max_completion_tokens")
+    if limit is None:
+        limit = body.get("max_tokens")
+    if limit is not None:
+        request["max_tokens"] = limit
+    temperature = body.get("temperature")
+    if temperature is not None:
+        request["temperature"] = temperature
+    extra = {key: value for key, value in body.items() if key not in _KNOWN and value is not None}
+    stop = body.get("stop")
+    if stop is not None:
+        extra["stop"] = [stop] if isinstance(stop, str) else stop
+    choice = body.get("tool_choice")
+    if choice is not None:
+        extra["tool_choice"] = choice
+    if extra:
+        request["extra"] = check_extra(extra)
+    return provider, request
+
+
+# -- reply ---------------------------------------------------------------------------------------
+
+
+def _usage(tokens: TokenUsage) -> dict[str, Any]:
+    prompt = tokens.prompt_tokens + tokens.cached_tokens + tokens.cache_write_tokens
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": tokens.completion_tokens,
+        "total_tokens": max(tokens.total_tokens, prompt + tokens.completion_tokens),
+        "prompt_tokens_details": {"cached_tokens": tokens.cached_tokens},
+    }
+
+
+def _head(model: str) -> dict[str, Any]:
+    return {"id": "chatcmpl-" + os.urandom(12).hex(), "created": int(time.time()), "model": model}
+
+
+def completion(answer: ContractResponse, model: str) -> dict[str, Any]:
+    """A ``chat.completion`` object of a contract response."""
+    calls = [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": tool_arguments(c.arguments)},
+        }
+        for c in answer.tool_calls
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": answer.content or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = calls
+    message["refusal"] = None
+    choice = {
+        "index": 0,
+        "message": message,
+        "finish_reason": _FINISH[answer.finish_reason],
+        "logprobs": None,
+    }
+    return {
+        **_head(model),
+        "object": "chat.completion",
+        "choices": [choice],
+        "usage": _usage(answer.tokens_used),
+    }
+
+
+def _event(value: Any) -> bytes:
+    return b"data: " + ENCODE(value).encode() + b"\n\n"
+
+
+async def _chunks(
+    first: StreamChunk, items: AsyncIterator[Any], model: str, usage_wanted: bool
+) -> AsyncIterator[bytes]:
+    """``chat.completion.chunk`` events: role, content and tool-call deltas, the finish, usage, [DONE];
+    an error item ends the stream with an error event."""
+    head = {**_head(model), "object": "chat.completion.chunk"}
+    started: dict[int, bool] = {}
+    finish: str | None = None
+    tokens: TokenUsage | None = None
+    yield _event({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                        "finish_reason": None}]})  # fmt: skip
+    chunk: Any = first
+    while True:
+        if not isinstance(chunk, StreamChunk):
+            yield _event(error_body(failure(chunk)))
+            return
+        delta: dict[str, Any] = {}
+        if chunk.delta:
+            delta["content"] = chunk.delta
+        if chunk.tool_calls:
+            delta["tool_calls"] = [_call_delta(call, started) for call in chunk.tool_calls]
+        if delta:
+            yield _event({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        finish = chunk.finish_reason or finish
+        tokens = chunk.tokens or tokens
+        try:
+            chunk = await anext(items)
+        except StopAsyncIteration:
+            break
+    reason = _FINISH[finish] if finish else ("tool_calls" if started else "stop")
+    yield _event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
+    if usage_wanted:
+        yield _event({**head, "choices": [], "usage": _usage(tokens or TokenUsage())})
+    yield b"data: [DONE]\n\n"
+
+
+def _call_delta(call: Any, started: dict[int, bool]) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": call.index}
+    if call.index not in started:  # the first delta of a call names it
+        started[call.index] = True
+        out["id"] = call.id or f"call_{call.index}"
+        out["type"] = "function"
+        out["function"] = {"name": call.name or "", "arguments": call.arguments_delta}
+    else:
+        out["function"] = {"arguments": call.arguments_delta}
+    return out
+
+
+# -- routes --------------------------------------------------------------------------------------
+
+
+async def chat_completions(request: Request) -> Response:
+    """``POST /v1/chat/completions``: JSON, or Server-Sent Events with ``"stream": true``."""
+    tenant = require_tenant(request)
+    body: ChatCompletionBody = await parse_body(request, ChatCompletionBody)
+    try:
+        name, contract = chat_request(body)
+        target = await lookup(request, tenant, name)
+        if body.get("stream"):
+            first, items, stack = await open_stream(request, target, contract)
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return HeldStream(_chunks(first, items, body["model"], usage), stack)
+        answer = await target.runtime.inference_for(target.provider, contract, tenant=tenant)
+    except (RouteError, ProviderError, InvalidProviderRequest) as exc:
+        error = failure(exc)
+        return json_reply(error_body(error), error.status, error.headers())
+    return json_reply(completion(answer, body["model"]))
+
+
+async def list_models(request: Request) -> Response:
+    """``GET /v1/models``: ``PROVIDER/ID`` rows of every provider the tenant may use."""
+    tenant = require_tenant(request)
+    rows = await models_cache(request).rows(service_of(request), tenant)
+    if request.headers.get("anthropic-version"):  # the Anthropic SDK's models.list()
+        data: list[dict[str, Any]] = [
+            {"type": "model", "id": f"{p}/{m.id}", "display_name": m.display_name or m.id,
+             "created_at": "1970-01-01T00:00:00Z"}
+            for p, m in rows
+        ]  # fmt: skip
+        return json_reply(
+            {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+             "last_id": data[-1]["id"] if data else None}
+        )  # fmt: skip
+    listing = [{"id": f"{p}/{m.id}", "object": "model", "created": 0, "owned_by": p} for p, m in rows]
+    return json_reply({"object": "list", "data": listing})
+
+
+ROUTES_OPENAI: Final = [
+    ("/v1/chat/completions", chat_completions, "POST"),
+    ("/v1/models", list_models, "GET"),
+]
