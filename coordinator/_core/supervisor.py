@@ -9,7 +9,7 @@
 Owns the ``WorkerProcess`` records (``coordinator._core.workers``) and writes nothing else:
 processes, pidfds, stderr tails, liveness, the memory watchdog, recycling decisions and pool
 sizing (``workers`` active + ``spares`` warm).  READY, HEARTBEAT and GOODBYE come to it from the
-pool's inbox.  Does not own calls: the ``Events`` it is constructed with (the dispatcher) hear of
+pool's inbox.  Does not own calls: the ``Events`` attached to it (the dispatcher) hear of
 every promotion and every exit and settle the calls, and answer the two questions it has about
 them (is a worker idle, is its loop thread busy with a call).  Kill policy: SHUTDOWN,
 ``shutdown_grace`` seconds, then SIGKILL (workers have no children of their own).
@@ -20,9 +20,6 @@ Remote workers (run by a node on another machine, ``coordinator.nodes``) are ``a
 node reports their exit (``exited``) and memory, and a kill is a message to it.  They are promoted as
 soon as READY, are not counted in ``workers`` or ``spares`` (``Process.local``: their node keeps its
 own number running) and are not recycled here.
-
-Just past 400 lines: a process's whole life (spawn, watch, kill, reap, replace) is one state machine,
-and its transitions read best in one place.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from coordinator._core.config import PoolConfig
 from coordinator._core.processes import LocalProcess, Process, worker_args, worker_command
 from coordinator._core.waiting import Changes
 from coordinator._core.workers import WorkerProcess, WorkerState, describe_exit
-from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, KillReason, Ready
+from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, Ready
 
 __all__ = ["Events", "Supervisor", "SupervisorStatistics"]
 

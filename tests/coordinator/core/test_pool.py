@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import stat
 from collections import Counter
@@ -300,7 +301,12 @@ def test_statistics_count_queued_and_held_calls_per_tenant() -> None:
             assert stats.queued == 3
             assert await asyncio.gather(*busy, quiet) == [0, 1, 2, 3]
             await asyncio.sleep(0.05)  # the pool settles a call one loop step after its caller hears
-            stats = pool.statistics()
+            before, stats = stats, pool.statistics()
             assert stats.queued_by_tenant == {} and stats.inflight_by_tenant == {}
+            # a snapshot: what was read stays as it was, and nothing reads it back into the pool
+            assert before.inflight_by_tenant == {"busy": 1} and before.queued == 3
+            assert stats.calls_ok == before.calls_ok + 4
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                stats.queued = 1  # type: ignore[misc]
 
     run(scenario())
