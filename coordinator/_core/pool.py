@@ -55,6 +55,7 @@ from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.workers import WorkerProcess, WorkerState
 from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
+from coordinator.tenancy import DEFAULT_TENANT
 from proto import Goodbye, Heartbeat, KillReason, Kind, Op, Ready, Shutdown
 
 __all__ = ["Pool", "PoolStatistics", "TenantUsage", "WorkerInfo"]
@@ -226,7 +227,7 @@ class Pool:
         kind: Literal["region", "provider"] = "region",
         require: Sequence[tuple[str, int]] = (),
         timeout: float | None = None,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
     ) -> ScriptHandle:
         """Compile ``source`` in a worker and return its handle;
         ``CompileError``/``MissingFunction`` on failure.
@@ -256,7 +257,7 @@ class Pool:
         function: str,
         *args: Any,
         timeout: float | None = None,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
         host: HostHandler | None = None,
         resident: Resident | None = None,
     ) -> Any:
@@ -277,7 +278,7 @@ class Pool:
         function: str,
         *args: Any,
         timeout: float | None = None,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
         host: HostHandler | None = None,
         resident: Resident | None = None,
     ) -> CallResult:
@@ -290,7 +291,7 @@ class Pool:
         function: str,
         *args: Any,
         timeout: float | None = None,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
         host: HostHandler | None = None,
     ) -> CallStream:
         """Start ``function(*args, on_chunk)``;

@@ -19,13 +19,11 @@ bounded: entries whose strikes have all left the window are pruned.
 from __future__ import annotations
 
 from collections import deque
-from typing import Final
 
 from coordinator._core.config import RetryPolicy
+from coordinator.tenancy import DEFAULT_TENANT
 
 __all__ = ["DEFAULT_TENANT", "Quarantine"]
-
-DEFAULT_TENANT: Final = "default"
 
 
 class _Breaker:

@@ -17,6 +17,7 @@ from coordinator._core.calls import CallResult, HostHandler
 from coordinator._core.config import PoolConfig
 from coordinator._core.handles import ScriptHandle
 from coordinator._core.pool import Pool, PoolStatistics
+from coordinator.tenancy import DEFAULT_TENANT
 
 __all__ = ["SyncPool"]
 
@@ -79,7 +80,7 @@ class SyncPool:
 
     def call(
         self, handle: ScriptHandle, function: str, *args: Any, timeout: float | None = None,
-        tenant: str = "default", host: HostHandler | None = None,
+        tenant: str = DEFAULT_TENANT, host: HostHandler | None = None,
     ) -> Any:  # fmt: skip
         return self._wait(self._pool.call(handle, function, *args, timeout=timeout, tenant=tenant, host=host))
 
@@ -89,7 +90,7 @@ class SyncPool:
         function: str,
         *args: Any,
         timeout: float | None = None,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
     ) -> CallResult:
         return self._wait(self._pool.call_detailed(handle, function, *args, timeout=timeout, tenant=tenant))
 

@@ -67,6 +67,7 @@ from coordinator.egress.errors import (
 from coordinator.egress.policy import EgressDenied, EgressPolicy
 from coordinator.egress.secrets import SecretMisuse
 from coordinator.egress.sse import SseFramer
+from coordinator.tenancy import DEFAULT_TENANT
 
 __all__ = ["CONNECT_TIMEOUT_SECS", "MAX_REDIRECTS", "Egress"]
 
@@ -306,7 +307,7 @@ class Egress:
         headers: dict[str, str] | None = None,
         timeout: float = 900.0,
         on_send: Callable[[], None] | None = None,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
     ) -> str:
         """``http_get`` / ``http_post``: the body text of a 2xx answer, else HostError.
 
@@ -355,7 +356,7 @@ class Egress:
         headers: dict[str, str] | None = None,
         timeout: float = 900.0,
         on_send: Callable[[], None] | None = None,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
     ) -> AsyncGenerator[str, None]:
         """``stream_request``: SSE data payloads as they arrive; HTTP errors before the first one.
 

@@ -17,6 +17,7 @@ from coordinator.providers.failures import (
     UnclassifiedProviderError,
     classify_thrown,
 )
+from coordinator.tenancy import DEFAULT_TENANT
 from proto.vocabulary import ErrorClass
 
 if TYPE_CHECKING:
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_TENANT", "KIND", "PoolExecutor", "StreamEnd", "translate"]
 
 KIND: Final = "provider"
-#: The tenant of single-user library use: every entry point defaults to it.
-DEFAULT_TENANT: Final = "default"
 
 
 class StreamEnd:

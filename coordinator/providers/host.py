@@ -22,6 +22,7 @@ from coordinator.errors import HostCallError
 from coordinator.providers.clock import Clock, MonotonicClock
 from coordinator.providers.journal import Journal
 from coordinator.providers.ratelimit import Backoff429
+from coordinator.tenancy import DEFAULT_TENANT
 from proto.host import BROKERED_FUNCTIONS
 from proto.vocabulary import Kind, rhai_type_name
 
@@ -87,7 +88,7 @@ class ProviderHost:
     offline: bool = False
     backoff: Backoff429 | None = None
     clock: Clock = field(default_factory=MonotonicClock)
-    tenant: str = "default"
+    tenant: str = DEFAULT_TENANT
     journal: Journal = field(init=False)
 
     def __post_init__(self) -> None:

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from proto.text import RUST_WHITESPACE
+
 __all__ = ["DEFAULT_CONTEXT_TOKENS", "DEFAULT_OUTPUT_TOKENS", "Metadata", "MimeRow", "parse_metadata"]
 
 DEFAULT_CONTEXT_TOKENS = 8192
@@ -69,13 +71,7 @@ class Metadata:
         }
 
 
-#: Rust's ``char::is_whitespace`` (Unicode White_Space); Python's ``str.isspace`` adds U+001C..U+001F.
-_WS = (
-    "\t\n\x0b\x0c\r \x85\xa0\u1680"
-    + "".join(map(chr, range(0x2000, 0x200B)))
-    + "\u2028\u2029\u202f\u205f\u3000"
-)
-_WS_SPLIT = re.compile(f"[{_WS}]")
+_WS_SPLIT = re.compile(f"[{RUST_WHITESPACE}]")
 _UINT = re.compile(r"\+?[0-9]+")
 _U64_MAX = 2**64 - 1
 
@@ -95,7 +91,7 @@ def _bool(text: str) -> bool | None:
 def _type_list(text: str) -> tuple[str, ...]:
     """Comma-separated mime patterns, trimmed and lowercased; an item that is not ``a/b``-shaped is
     unparsable and dropped, and a list with no pattern left means the default, text only."""
-    items = (t.strip(_WS).lower() for t in text.split(","))
+    items = (t.strip(RUST_WHITESPACE).lower() for t in text.split(","))
     kept = tuple(t for t in items if "/" in t and not _WS_SPLIT.search(t))
     return kept or ("text/*",)
 
@@ -125,14 +121,14 @@ def _directives(source: str) -> list[tuple[str, str]]:
     """Every ``// @key value`` line, anywhere in the file, in order."""
     out = []
     for line in source.split("\n"):  # Rust's lines(): only \n ends a line (a \r is trimmed below)
-        text = line.strip(_WS)
+        text = line.strip(RUST_WHITESPACE)
         if not text.startswith("//"):
             continue
-        text = text[2:].strip(_WS)
+        text = text[2:].strip(RUST_WHITESPACE)
         if not text.startswith("@"):
             continue
         key, value = [*_WS_SPLIT.split(text[1:], maxsplit=1), ""][:2]
-        out.append((key, value.strip(_WS)))
+        out.append((key, value.strip(RUST_WHITESPACE)))
     return out
 
 

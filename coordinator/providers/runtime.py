@@ -11,7 +11,7 @@ caller ──▶ ProviderRuntime.inference(name, request, tenant=...)
            Response (normalised)         tokens recorded for TPM
 
 Every entry point is bounded by the wall-clock cap ``call_timeout_secs`` (``wallclock.py``), and
-takes ``tenant=`` (``"default"`` for single-user library use): each script call
+takes ``tenant=`` (``DEFAULT_TENANT`` for single-user library use): each script call
 it makes -- ``initialize`` included -- is that tenant's pool call, so the fair queue, the tenant's
 caps and strikes apply, and log lines name it. Rate limits stay global per provider (SPEC §3.18).
 

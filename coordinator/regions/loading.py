@@ -22,6 +22,7 @@ from coordinator.regions.hooks import HookOutcome, ScriptInfo
 from coordinator.regions.model import Volatility
 from coordinator.regions.resident import ResidentEntries
 from coordinator.regions.runtime import Admission, Region
+from coordinator.tenancy import DEFAULT_TENANT
 from proto.errors import RhaipoolError
 
 __all__ = [
@@ -37,9 +38,6 @@ __all__ = [
 
 DEFAULT_HOOK_TIMEOUT = 5.0
 """Wall-clock seconds a region hook may run (our limit on top of the 100 000 operations)."""
-
-DEFAULT_TENANT = "default"
-"""The tenant of single-user library use: the compile and every hook run as it unless told otherwise."""
 
 
 class RegionPool(Protocol):
@@ -150,7 +148,7 @@ class RegionLoader:
 
     ``base_dir`` is the blueprint directory: scripts are resolved against it
     and must stay inside it.  Without it, paths are used as given.  Every
-    compile and hook runs as ``tenant`` (``None`` means ``"default"``).
+    compile and hook runs as ``tenant`` (``None`` means ``DEFAULT_TENANT``).
     """
 
     def __init__(

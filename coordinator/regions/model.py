@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from proto.text import RUST_WHITESPACE
 from proto.values import copy_nested
 
 __all__ = [
@@ -41,12 +42,6 @@ CacheHint = str | dict[str, Any]
 ENTRY_KINDS: Final = ("text", "user_message", "assistant_turn", "tool_result")
 VOLATILITIES: Final = ("stable", "grows", "rewritten")
 CACHE_HINTS: Final = ("Always", "UntilChanged", "RecentlyChanged", "Never")
-
-RUST_WHITESPACE: Final = (
-    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
-    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
-"""Unicode ``White_Space``: what Rust's ``str::trim`` strips (Python's ``strip`` strips more)."""
 
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1

@@ -31,6 +31,7 @@ from coordinator.regions.render import InvalidShape, RenderOutput, fallback_bloc
 from coordinator.regions.reports import EvictReport, RegionWarning, RenderReport, WriteReport
 from coordinator.regions.tokens import estimate_tokens, render_cost
 from coordinator.regions.writes import BudgetExceeded, RegionFull, interpret_on_write
+from coordinator.tenancy import DEFAULT_TENANT
 
 __all__ = ["Admission", "Region"]
 
@@ -58,7 +59,7 @@ class Region:
         admission: Admission = "evict",
         volatility: Volatility = "rewritten",
         clock: Callable[[], float] = time.time,
-        tenant: str = "default",
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
             raise ValueError(f"region '{name}': budget must be a non-negative integer, got {budget!r}")

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import rhai
 
 from proto import tokens
-from worker.functions.region import _WHITESPACE as _RUST_WHITESPACE
+from proto.text import RUST_WHITESPACE
 
 __all__ = [
     "FUNCTIONS",
@@ -36,9 +36,9 @@ def parse_sse(chunk: Any) -> Any:
     """One SSE payload → value: trim, drop one ``data:`` prefix; empty, ``[DONE]`` or not JSON → ()."""
     if not isinstance(chunk, str):
         return None
-    text = chunk.strip(_RUST_WHITESPACE)  # Rust's `trim`: Python's `strip()` also eats U+001C..U+001F
+    text = chunk.strip(RUST_WHITESPACE)  # Rust's `trim`: Python's `strip()` also eats U+001C..U+001F
     if text.startswith("data:"):
-        text = text[5:].strip(_RUST_WHITESPACE)
+        text = text[5:].strip(RUST_WHITESPACE)
     if not text or text == "[DONE]":
         return None
     try:

@@ -17,16 +17,11 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final
 
+from proto.text import RUST_WHITESPACE
 from proto.tokens import quarter_bytes
 from proto.vocabulary import rhai_type_name
 
 __all__ = ["FUNCTIONS", "SIGNATURES", "rhai_to_string"]
-
-_WHITESPACE: Final = (
-    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
-    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
-"""Unicode ``White_Space``: what Rust's ``str::trim`` removes."""
 
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
@@ -163,7 +158,7 @@ def ends_with(*args: Any) -> bool:
 def trim(*args: Any) -> str:
     """``trim(text)``: a trimmed copy (Unicode White_Space), the argument untouched."""
     _check("trim", args, "string")
-    return str(args[0]).strip(_WHITESPACE)
+    return str(args[0]).strip(RUST_WHITESPACE)
 
 
 def split(*args: Any) -> list[str]:
@@ -212,7 +207,7 @@ def is_markdown(*args: Any) -> bool:
 def is_empty(*args: Any) -> bool:
     """``is_empty(text)``: whitespace-only counts as empty."""
     _check("is_empty", args, "string")
-    return not args[0].strip(_WHITESPACE)
+    return not args[0].strip(RUST_WHITESPACE)
 
 
 def summarize(*args: Any) -> str:
