@@ -36,7 +36,7 @@ from coordinator._core.config import PoolConfig
 from coordinator._core.processes import LocalProcess, Process, worker_args, worker_command
 from coordinator._core.waiting import Changes
 from coordinator._core.workers import WorkerProcess, WorkerState, describe_exit
-from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, Ready
+from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, KillReason, Ready
 
 __all__ = ["Events", "Supervisor", "SupervisorStatistics"]
 
