@@ -33,6 +33,7 @@ import re
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,10 @@ UPSTREAM_PACED_P99_MS = 1.0
 """The upstream's p99 at the gateways' half rate must be under this (or 3x its p50): a fifth of the
 5 ms the gateways' own p99 is held to. Its p99 at saturation (wrk and nginx on the same two busy cores)
 is scheduling, printed but not judged."""
+SETTLE_SECS = 1.0
+"""Pause after each wrk run: wrk stops with every connection's request in flight, and the gateway
+finishes them after it left; they must neither count in the next row's CPU nor hold its tenant's
+quota of requests in flight."""
 _RESULT = re.compile(r"^RESULT (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$", re.MULTILINE)
 
 
@@ -160,6 +165,7 @@ def drive(target: Target, connections: int, seconds: float, folder: Path, pause_
         )
         if done.returncode != 0:
             raise RuntimeError(f"wrk exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
+        time.sleep(SETTLE_SECS)
         return done.stdout
 
     wrk(1)
@@ -261,7 +267,9 @@ def nginx(folder: Path) -> Iterator[tuple[str, int]]:
 
 
 @contextmanager
-def rhaipool_serve(folder: Path, upstream: str, workers: int) -> Iterator[tuple[str, str, int]]:
+def rhaipool_serve(
+    folder: Path, upstream: str, workers: int, max_connections: int = 64
+) -> Iterator[tuple[str, str, int]]:
     """``rhaipool serve`` whose tenant ``bench`` stores the seed's ``groq.rhai`` and is granted the
     operator's ``groq`` table aimed at ``upstream``."""
     token = secrets.token_urlsafe(16)
@@ -273,6 +281,7 @@ def rhaipool_serve(folder: Path, upstream: str, workers: int) -> Iterator[tuple[
     config.write_text(
         f'[serve]\nlisten = "127.0.0.1:{port}"\ndatabase = "bench.db"\nworkers = {workers}\n'
         f'[tenants.bench]\ntoken_sha256 = "{token_sha256(token)}"\nproviders = ["groq"]\n'
+        f"max_connections = {max_connections}\n"
         f'[model_providers.groq]\napi_key = "bench-key"\nbase_url = "{upstream}"\n'
         'egress_allow = ["127.0.0.1"]\n'
     )
@@ -364,11 +373,43 @@ def _targets(url: str, token: str, serve_pid: int) -> list[Target]:
     ]
 
 
+def _median_row(runs: list[Row]) -> Row:
+    """Each figure's median over the rounds of one (target, connections); CPU's spread is in ``runs``."""
+
+    def mid(name: str) -> Any:
+        return statistics.median(getattr(r, name) for r in runs)
+
+    first = runs[0]
+    return Row(
+        first.target,
+        first.connections,
+        sum(r.requests for r in runs),
+        sum(r.seconds for r in runs),
+        mid("throughput"),
+        mid("p50_ms"),
+        mid("p99_ms"),
+        mid("cpu_ms_per_request"),
+        sum(r.errors for r in runs),
+        sum(r.non_2xx for r in runs),
+        first.pause_ms,
+        mid("load"),
+        mid("main_cpu_ms_per_request"),
+        tuple(why for r in runs for why in r.not_2xx)[:3],
+    )
+
+
 def run_benchmark(
-    seconds: float, connections: list[int], workers: int, litellm: Path | None, exclude_litellm: bool = False
+    seconds: float,
+    connections: list[int],
+    workers: int,
+    litellm: Path | None,
+    exclude_litellm: bool = False,
+    rounds: int = 3,
 ) -> dict[str, Any]:
-    """Every target at every connection count, then the rhaipool routes at half their best rate."""
+    """Every target at every connection count, in turn, ``rounds`` times (a change in the machine's load
+    lands on every target rather than on one), then the rhaipool routes at half their best rate."""
     report: dict[str, Any] = {"seconds": seconds, "connections": connections, "workers": workers}
+    report["rounds"] = rounds
     report["started"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     report["load_average"] = [load_average()]
     rows: list[Row] = []
@@ -376,7 +417,9 @@ def run_benchmark(
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rhaipool-bench-gateway-")))
         upstream, nginx_pid = stack.enter_context(nginx(folder))
-        url, token, serve_pid = stack.enter_context(rhaipool_serve(folder, upstream, workers))
+        url, token, serve_pid = stack.enter_context(
+            rhaipool_serve(folder, upstream, workers, max_connections=2 * max(connections))
+        )  # the tenant's quota of requests in flight above wrk's connections: speed, not the quota
         targets = [
             Target(
                 "upstream",
@@ -405,16 +448,23 @@ def run_benchmark(
             if why is not None:
                 skipped[target.name] = why
         live = [t for t in targets if t.name not in skipped]
-        for n in connections:
-            rows += [drive(t, n, seconds, folder) for t in live]
+        runs: dict[tuple[str, int], list[Row]] = {}
+        for _ in range(rounds):
+            for n in connections:
+                for t in live:
+                    runs.setdefault((t.name, n), []).append(drive(t, n, seconds, folder))
+        rows += [_median_row(each) for each in runs.values()]
+        report["cpu_ms_per_request_by_round"] = {
+            f"{name}@{n}": [round(r.cpu_ms_per_request, 3) for r in each] for (name, n), each in runs.items()
+        }
         base = min(connections)
         pauses = []
         for target in (t for t in live if t.name in ("native", "v1-chat", "v1-messages")):
             best = max(r.throughput for r in rows if r.target == target.name)
             pauses.append(max(1, round(base * 1000 / (best / 2))))
-            rows.append(drive(target, base, seconds, folder, pause_ms=pauses[-1]))
+            rows.append(drive(target, base, seconds * rounds, folder, pause_ms=pauses[-1]))
         if pauses and live[0].name == "upstream":  # the upstream at the rate the gateways put on it
-            rows.append(drive(live[0], base, seconds, folder, pause_ms=min(pauses)))
+            rows.append(drive(live[0], base, seconds * rounds, folder, pause_ms=min(pauses)))
     report["load_average"].append(load_average())
     report["rows"] = [asdict(r) for r in rows]
     report["skipped"] = skipped
@@ -494,8 +544,9 @@ def _verdicts(rows: list[Row]) -> dict[str, Any]:
 def _print(report: dict[str, Any]) -> None:
     load = report["load_average"]
     print(
-        f"rhaipool bench gateway — {report['started']}, wrk {report['seconds']:g} s per row, "
-        f"{report['workers']} workers; load {load[0]:.2f} → {load[1]:.2f}"
+        f"rhaipool bench gateway — {report['started']}, wrk {report['seconds']:g} s per row and round, "
+        f"medians of {report['rounds']} rounds (every target in turn), {report['workers']} workers; "
+        f"load {load[0]:.2f} → {load[1]:.2f}"
     )
     for name, why in report["skipped"].items():
         print(f"{name:<12} n/a: {why}")
@@ -506,7 +557,10 @@ def _print(report: dict[str, Any]) -> None:
     for r in report["rows"]:
         notes = []
         if r["pause_ms"]:
-            notes.append(f"half rate: {r['pause_ms']} ms pause per connection")
+            notes.append(f"half rate: {r['pause_ms']} ms pause per connection, one run")
+        else:
+            cpus = report["cpu_ms_per_request_by_round"][f"{r['target']}@{r['connections']}"]
+            notes.append("CPU by round " + " / ".join(f"{c:.3f}" for c in cpus))
         if r["errors"] or r["non_2xx"]:
             notes.append(f"{r['errors']} errors, {r['non_2xx']} non-2xx")
         notes.append(f"load {r['load']:.2f}")
@@ -544,7 +598,8 @@ def _print(report: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry (``rhaipool bench gateway``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10.0, help="wrk's duration per row")
+    parser.add_argument("--seconds", type=float, default=5.0, help="wrk's duration per row and round")
+    parser.add_argument("--rounds", type=int, default=3, help="every target measured in turn, this often")
     parser.add_argument("--connections", default="16,64", help="comma-separated connection counts")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--litellm", help="LiteLLM's litellm command (default: $RHAIPOOL_BENCH_LITELLM, "
@@ -556,13 +611,13 @@ def main(argv: list[str] | None = None) -> None:
         connections = [int(c) for c in args.connections.split(",")]
     except ValueError:
         parser.error(f"--connections: comma-separated integers, got {args.connections!r}")
-    if any(c < 1 for c in connections) or args.seconds <= 0 or args.workers < 1:
-        parser.error("--connections, --seconds and --workers must be positive")
+    if any(c < 1 for c in connections) or args.seconds <= 0 or args.workers < 1 or args.rounds < 1:
+        parser.error("--connections, --seconds, --rounds and --workers must be positive")
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (deploy/quickstart installs it: apt-get install wrk)")
     try:
         litellm = None if args.no_litellm else find_litellm(args.litellm)
-        report = run_benchmark(args.seconds, connections, args.workers, litellm, args.no_litellm)
+        report = run_benchmark(args.seconds, connections, args.workers, litellm, args.no_litellm, args.rounds)
     except RuntimeError as exc:
         sys.exit(f"rhaipool bench gateway: {exc}")
     if args.json:
