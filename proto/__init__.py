@@ -35,7 +35,7 @@ from proto.host import (
     HostReply,
 )
 from proto.values import MAX_BODY_BYTES, MAX_CONTAINER_LEN, pack, unpack
-from proto.vocabulary import ErrorClass, KillReason, Kind, Limit, Op, rhai_type_name
+from proto.vocabulary import ErrorClass, Kind, Limit, Op, rhai_type_name
 
 __all__ = [
     "BROKERED",
@@ -65,7 +65,6 @@ __all__ = [
     "HostChunk",
     "HostFunction",
     "HostReply",
-    "KillReason",
     "Kind",
     "Limit",
     "MalformedMessage",

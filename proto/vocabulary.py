@@ -1,20 +1,16 @@
-"""The words both sides of the wire share: script kinds, CALL ops, ERROR classes, limits, kill reasons.
+"""The words both sides of the wire share: script kinds, CALL ops, ERROR classes, limits.
 
 Each is a ``StrEnum``: a member *is* its string (``Op.CALL == "call"``, same hash, and msgpack packs
 it as the same bytes), so a module that still compares bare strings keeps working while every new
 comparison names a member and a typo fails at import time instead of never matching.
 
-``KillReason`` never crosses the wire; it lives here because it is the coordinator's vocabulary for
-the same events the wire's ERROR classes describe, and ``blames`` is the one place that says which
-of its own kills the pool holds a call responsible for.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Final
 
-__all__ = ["ErrorClass", "KillReason", "Kind", "Limit", "Op", "rhai_type_name"]
+__all__ = ["ErrorClass", "Kind", "Limit", "Op", "rhai_type_name"]
 
 
 class Kind(enum.StrEnum):
@@ -66,37 +62,6 @@ class Limit(enum.StrEnum):
     CPU = "cpu"
     OTHER = "limit"
     """A Rhai limit this version does not name (a newer binding's)."""
-
-
-class KillReason(enum.StrEnum):
-    """Why the pool SIGKILLed a worker; the first reason given is the one reported."""
-
-    DEADLINE = "deadline"
-    """A call overran its hard deadline."""
-    MEMORY = "memory"
-    """The psutil watchdog saw the worker over its memory limit."""
-    PROTOCOL = "protocol"
-    """The worker broke the wire protocol (a liar is stopped)."""
-    FROZEN = "frozen (SIGSTOP)"
-    """The deadline passed while the worker was stopped: it could not have been running the call."""
-    UNREACHABLE = "unreachable"
-    """Its socket refused a message the pool had to deliver."""
-    SPAWN_TIMEOUT = "spawn timeout"
-    """It never said READY."""
-    HEARTBEAT_LOST = "heartbeat lost"
-    """It went silent for longer than the heartbeat allows."""
-    SHUTDOWN_GRACE_EXPIRED = "shutdown grace expired"
-    """It did not leave after SHUTDOWN."""
-    POOL_CLOSED = "pool closed"
-    """The pool is closing."""
-
-    @property
-    def blames(self) -> bool:
-        """Whether the call the worker was killed for (if any) is held responsible for the death."""
-        return self in _BLAMING
-
-
-_BLAMING: Final = frozenset({KillReason.DEADLINE, KillReason.MEMORY, KillReason.PROTOCOL})
 
 
 def rhai_type_name(value: object) -> str:

@@ -3,8 +3,9 @@
 Every import counts, including those inside functions and under ``TYPE_CHECKING``:
 a lazy import is still a dependency.
 
-    proto ◀── worker                      (the worker hosts the engine; it never sees the coordinator)
-    proto ◀── coordinator._core           (the pool: generic, knows no application)
+    proto ◀── contract                    (what both sides share beyond the wire: the script contract's terms)
+    contract ◀── worker                   (the worker hosts the engine; it never sees the coordinator)
+    contract ◀── coordinator._core        (the pool: generic, knows no application)
               ▲        ▲        ▲
          regions   providers ──▶ egress   (applications of the pool; never each other)
               ▲        ▲
@@ -63,6 +64,13 @@ def test_proto_imports_only_stdlib_and_msgpack() -> None:
         foreign = {n.split(".")[0] for n in imported_modules(path)} - set(sys.stdlib_module_names)
         allowed = {"msgpack", "proto"} | LAZY_IN_PROTO.get(path.name, set())
         assert foreign <= allowed, f"{path.name} imports {foreign - allowed}"
+
+
+def test_contract_imports_only_stdlib_and_proto() -> None:
+    """``contract`` sits on the wire and under both sides: it imports nothing else of ours."""
+    for path in sources(ROOT / "contract"):
+        foreign = {n.split(".")[0] for n in imported_modules(path)} - set(sys.stdlib_module_names)
+        assert foreign <= {"contract", "proto"}, f"{path.name} imports {foreign - {'contract', 'proto'}}"
 
 
 def test_proto_third_party_exceptions_are_lazy() -> None:

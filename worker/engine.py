@@ -16,7 +16,7 @@ from typing import Any, Final, NamedTuple
 
 import rhai
 
-from proto.budgets import BUDGETS
+from contract.budgets import BUDGETS
 from proto.host import BROKERED_FUNCTIONS
 from proto.vocabulary import ErrorClass, Kind, Limit
 from worker.errors import CallAborted, DeadlineReached, ScriptFailure, WorkerError

@@ -7,11 +7,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.budgets import BUDGETS
 from coordinator.providers.errors import ProviderError, RateLimitExceeded
 from coordinator.providers.failures import FAILURE_KINDS, REASON_REMEDIES
 from coordinator.providers.models import ModelInfo
 from coordinator.providers.response import Response, StreamChunk, TokenUsage
-from proto.budgets import BUDGETS
 from proto.vocabulary import Kind
 
 __all__ = [

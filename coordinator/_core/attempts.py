@@ -22,13 +22,14 @@ from collections.abc import Callable
 from coordinator._core import outcomes
 from coordinator._core.calls import Attempt, CallRecord
 from coordinator._core.config import PoolConfig
+from coordinator._core.kills import KillReason
 from coordinator._core.placement import Placements
 from coordinator._core.streambudget import StreamFlow
 from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.workers import Placement, WorkerProcess
 from coordinator.timers import TimerHeap
-from proto import Cancel, KillReason
+from proto import Cancel
 
 __all__ = ["Attempts"]
 

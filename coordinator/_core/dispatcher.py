@@ -36,6 +36,7 @@ from coordinator._core.config import PoolConfig
 from coordinator._core.deaths import Deaths
 from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
+from coordinator._core.kills import KillReason
 from coordinator._core.placement import Placements
 from coordinator._core.quarantine import Quarantine
 from coordinator._core.queue import FairQueue
@@ -54,7 +55,6 @@ from proto import (
     Error,
     ErrorClass,
     HostCall,
-    KillReason,
     Op,
     ProtocolError,
     Result,

@@ -29,6 +29,7 @@ import signal
 from typing import TYPE_CHECKING, Any, Final
 
 from coordinator._core.calls import MIN_ATTEMPT_TIME, CallResult
+from coordinator._core.kills import KillReason
 from coordinator.errors import (
     CallFailed,
     Cancelled,
@@ -40,7 +41,7 @@ from coordinator.errors import (
     WorkerCrashed,
     WorkerLost,
 )
-from proto import Error, ErrorClass, KillReason, Op, Result
+from proto import Error, ErrorClass, Op, Result
 
 if TYPE_CHECKING:
     from coordinator._core.calls import Attempt, CallRecord

@@ -50,13 +50,14 @@ from coordinator._core.config import PoolConfig, TenantQuotas
 from coordinator._core.dispatcher import Dispatcher
 from coordinator._core.fleet import Fleet
 from coordinator._core.handles import ScriptHandle, sha256_of
+from coordinator._core.kills import KillReason
 from coordinator._core.quotas import QuotaTable, ScriptBook
 from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.workers import WorkerProcess, WorkerState
 from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from coordinator.tenancy import DEFAULT_TENANT
-from proto import Goodbye, Heartbeat, KillReason, Kind, Op, Ready, Shutdown
+from proto import Goodbye, Heartbeat, Kind, Op, Ready, Shutdown
 
 __all__ = ["Pool", "PoolStatistics", "TenantUsage", "WorkerInfo"]
 

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from coordinator._core.config import PoolConfig
+from coordinator._core.kills import KillReason
 from coordinator._core.processes import LocalProcess, Process, worker_args, worker_command
 from coordinator._core.waiting import Changes
 from coordinator._core.workers import WorkerProcess, WorkerState, describe_exit
-from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, KillReason, Ready
+from proto import SUPPORTED_VERSIONS, Goodbye, Heartbeat, Ready
 
 __all__ = ["Events", "Supervisor", "SupervisorStatistics"]
 

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from proto import KillReason
+from coordinator._core.kills import KillReason
 
 if TYPE_CHECKING:
     from coordinator._core.calls import Attempt

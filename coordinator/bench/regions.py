@@ -24,11 +24,11 @@ from typing import Any
 
 import rhai
 
+from contract.budgets import BUDGETS
 from coordinator.regions.hooks import HookOutcome, RenderMeta, ScriptInfo
 from coordinator.regions.loading import RegionLoader
 from coordinator.regions.model import Entry
 from coordinator.regions.runtime import Region
-from proto.budgets import BUDGETS
 from proto.vocabulary import Kind
 
 __all__ = ["BENCH_SCRIPT", "InProcessRunner", "Measurement", "main", "run_benchmark"]

@@ -37,6 +37,7 @@ import zmq.asyncio
 
 from coordinator._core.config import PoolConfig
 from coordinator._core.hostcalls import Spawn
+from coordinator._core.kills import KillReason
 from coordinator._core.processes import worker_args
 from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
@@ -51,7 +52,7 @@ from coordinator.nodes.records import (
     NodeRecord,
     RemoteWorker,
 )
-from proto import MAX_BODY_BYTES, SUPPORTED_VERSIONS, KillReason, ProtocolError
+from proto import MAX_BODY_BYTES, SUPPORTED_VERSIONS, ProtocolError
 from proto.nodes import (
     Bye,
     Drain,

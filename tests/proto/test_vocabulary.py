@@ -15,7 +15,6 @@ from proto import (
     Error,
     ErrorClass,
     HostCall,
-    KillReason,
     Kind,
     MalformedMessage,
     Op,
@@ -58,12 +57,6 @@ def test_the_old_sets_are_the_enums() -> None:
     assert {"load", "call", "stream"} == OPS == set(Op)
     assert {"region", "provider"} == KINDS == set(Kind)
     assert set(ErrorClass) == ERROR_CLASSES and "ResidentMissing" in ERROR_CLASSES
-
-
-def test_only_the_pools_own_reasons_blame_a_call() -> None:
-    assert {r for r in KillReason if r.blames} == {"deadline", "memory", "protocol"}
-    assert not KillReason("frozen (SIGSTOP)").blames
-    assert KillReason.POOL_CLOSED == "pool closed"
 
 
 def test_brokered_lists_derive_from_the_one_table() -> None:

@@ -87,6 +87,7 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
     "zmq",
     "msgpack",
     "proto",
+    "contract",
     "json",
     "hashlib",
     "hmac",

@@ -19,9 +19,10 @@ import pytest
 from coordinator._core import outcomes
 from coordinator._core.calls import Attempt, CallRecord
 from coordinator._core.handles import ScriptHandle
+from coordinator._core.kills import KillReason
 from coordinator._core.processes import LocalProcess
 from coordinator._core.workers import Placement, WorkerProcess
-from proto import KillReason, Kind, Op
+from proto import Kind, Op
 
 
 @pytest.fixture
