@@ -3,8 +3,9 @@
 //! This file only declares modules and the `#[pymodule]`; logic lives in
 //! `engine.rs` (engine set-up), `script.rs` (calls), `context.rs` (per-call state),
 //! `convert.rs` (values), `array.rs` (arrays held in Rust form), `json.rs` (JSON), `host.rs` (Python callables),
-//! `stack.rs` (the stack each call runs on), `lane.rs` with `msgpack.rs` (a worker's
-//! plain region call from frame to frame) and `resident.rs` (lists kept between its calls) and `errors.rs` (the exception mapping).
+//! `stack.rs` (the stack each call runs on) and `errors.rs` (the exception mapping). rhaipool's own
+//! wire and region logic (the worker's native lane, its msgpack codec and the resident lists) is
+//! apart, in `wire/`.
 
 mod array;
 mod context;
@@ -13,12 +14,10 @@ mod engine;
 mod errors;
 mod host;
 mod json;
-mod lane;
-mod msgpack;
-mod resident;
 mod script;
 mod stack;
 mod tokens;
+mod wire;
 
 use pyo3::prelude::*;
 
@@ -37,8 +36,8 @@ fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<context::CancelToken>()?;
     m.add_class::<host::Callback>()?;
     m.add_class::<host::FnPtr>()?;
-    m.add_class::<lane::Lane>()?;
-    m.add_class::<resident::ResidentLists>()?;
+    m.add_class::<wire::lane::Lane>()?;
+    m.add_class::<wire::resident::ResidentLists>()?;
     m.add_function(wrap_pyfunction!(context::current_call_remaining, m)?)?;
     m.add_function(wrap_pyfunction!(json::to_json, m)?)?;
     m.add_function(wrap_pyfunction!(json::parse_json, m)?)?;

@@ -32,8 +32,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rhai::{Dynamic, Map};
 
-use crate::msgpack::{Caps, Reader, Scalar, Writer};
-use crate::resident::{ResidentLists, Update};
+use super::msgpack::{Caps, Reader, Scalar, Writer};
+use super::resident::{ResidentLists, Update};
 use crate::script::Script;
 use crate::{context, convert};
 
