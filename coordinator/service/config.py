@@ -27,6 +27,7 @@ from coordinator.providers.config import (
 )
 from coordinator.service.connections import ConnectionLimits, parse_connection_limits
 from coordinator.service.errors import ServiceConfigError
+from coordinator.service.storage_backends import is_database_url
 
 __all__ = [
     "DEFAULT_GRACE_SECS",
@@ -114,7 +115,7 @@ SERVE_KEYS: Final = (
     "max_body_bytes", "max_header_bytes", "grace_secs", "workers", "local_workers",
     "secrets_key_file", "tenant_retention_days", "tenant_defaults", "egress",
     "header_timeout_secs", "body_timeout_secs", "idle_timeout_secs", "max_connections",
-    "max_connections_per_address", "fd_reserve", "models_cache_secs",
+    "max_connections_per_address", "fd_reserve", "models_cache_secs", "lease_secs",
 )  # fmt: skip
 """Every key ``[serve]`` may hold (another is refused, with the nearest of these)."""
 
@@ -126,6 +127,12 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8765
     database: Path = Path("rhaipool.db")
+    database_url: str | None = None
+    """``[serve] database`` as a ``postgresql://`` URL: one PostgreSQL database shared by several
+    coordinators, which serve each tenant under a lease (``database`` is then only the config
+    file's folder, where relative paths of provider tables start)."""
+    lease_secs: float = 10.0
+    """With ``database_url``: how long a tenant's lease lasts unrenewed (renewed every third of it)."""
     admin_token_sha256: str | None = None
     metrics_token_sha256: str | None = None
     """A token that may read ``/metrics`` (and nothing else); the admin token may too."""
@@ -185,6 +192,22 @@ def _path(value: Any, where: str, base: Path) -> Path:
         raise ServiceConfigError(f"{where} must be a path")
     path = Path(value).expanduser()
     return path if path.is_absolute() else base / path
+
+
+def _database(value: Any, base: Path) -> Path:
+    if isinstance(value, str) and is_database_url(value):
+        return base / "rhaipool.db"  # not opened: the URL is the database
+    return _path(value, "[serve] database", base)
+
+
+def _database_url(value: Any) -> str | None:
+    if not isinstance(value, str) or not is_database_url(value):
+        return None
+    if len(value) <= len("postgresql://") or value.endswith("://"):
+        raise ServiceConfigError(
+            "[serve] database must be a file path or a postgresql://… URL naming a server"
+        )
+    return value
 
 
 def _positive(value: Any, where: str) -> Any:
@@ -309,7 +332,9 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
     return ServeConfig(
         host=host,
         port=port,
-        database=_path(serve.get("database", "rhaipool.db"), "[serve] database", base),
+        database=_database(serve.get("database", "rhaipool.db"), base),
+        database_url=_database_url(serve.get("database")),
+        lease_secs=float(_positive(serve.get("lease_secs", 10.0), "[serve] lease_secs")),
         admin_token_sha256=None if admin is None else check_sha256(admin, "[serve] admin_token_sha256"),
         metrics_token_sha256=None
         if metrics is None

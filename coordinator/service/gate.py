@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from coordinator.service.errors import StorageFailed
 from coordinator.service.metrics import Metrics
 from coordinator.service.observer import current_request
 from coordinator.service.state import Service
@@ -71,6 +72,13 @@ class Gate:
         if tenant is None:
             await self._track(scope, receive, send)
             return
+        if self.service.leased:  # several coordinators: serve a tenant only under its lease
+            try:
+                await self.service.own(tenant)
+            except StorageFailed as exc:
+                refusal = json.dumps({"error": exc.error}).encode()
+                await _answer(send, exc.status, refusal, ((b"retry-after", b"5"),))
+                return
         limit = self.service.limits(tenant).max_connections
         held = self._per_tenant.get(tenant, 0)
         if held >= limit:

@@ -36,13 +36,16 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """200 when calls are accepted; 503 while draining or without a worker."""
+    """200 when calls are accepted; 503 while draining, without a worker, or (several coordinators)
+    while the shared database cannot be reached."""
     gate = request.app.state.gate
     if gate.draining:
         return reply({"ready": False, "reason": "draining"}, 503)
     stats = service_of(request).pool.statistics()
     if not stats.workers.get("active", 0) and not stats.workers.get("spare", 0):
         return reply({"ready": False, "reason": "no worker is ready"}, 503)
+    if not service_of(request).database_reachable:  # several coordinators: it could not renew leases
+        return reply({"ready": False, "reason": "the database cannot be reached"}, 503)
     return reply({"ready": True})
 
 

@@ -18,9 +18,14 @@ provider tables, revocation); each section is short and splitting them would pas
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import fields, replace
@@ -42,7 +47,7 @@ from coordinator.service.config import ServeConfig, ServiceConfigError, TenantLi
 from coordinator.service.errors import LimitReached, RouteError
 from coordinator.service.regions import RegionBook
 from coordinator.service.secrets import Sealer, SecretsUnavailable
-from coordinator.service.storage import ScriptRow, ScriptStamp, Storage
+from coordinator.service.storage import ScriptRow, ScriptStamp, Storage, StorageFailed, elsewhere
 from coordinator.service.validation import Validator
 
 __all__ = ["Service", "TenantScripts"]
@@ -95,13 +100,24 @@ class Service:
         self._streams: dict[str, int] = {}
         self._config_stamp: Any = None
         self._config_checked = 0.0
+        self.leased = config.database_url is not None
+        """Several coordinators share the database: this one serves a tenant only under its lease."""
+        self.database_reachable = True
+        """False while lease renewals fail (readiness turns false: the database is partitioned off)."""
+        self._owning: dict[str, asyncio.Lock] = {}
+        self._renewer: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Open the database, start the pool, index the scripts, restore persistent regions."""
         self.sealer = Sealer.from_key_file(self.config.secrets_key_file)
-        self.storage = Storage(self.config.database)
+        if self.config.database_url is None:
+            self.storage = Storage(self.config.database)
+        else:
+            owner = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+            self.storage = Storage(self.config.database_url, owner=owner, lease_secs=self.config.lease_secs)
+            self.storage.on_lost = self._drop_tenant
         self._load_tenants()
         self._config_stamp = self._stamp()
         options = {"workers": self.config.workers, **self.pool_options}
@@ -112,20 +128,92 @@ class Service:
         self.pool = await Pool(**options, nodes=nodes).__aenter__()
         self.egress = await Egress().__aenter__()
         self.validator = Validator(self.pool)
-        for tenant, kind, name, stamp in self.storage.script_stamps():
-            self._scripts.setdefault(tenant, {})[(kind, name)] = stamp
-        await self._load_tables()
+        if not self.leased:  # one coordinator: every tenant's state now (several: at its first request)
+            for tenant, kind, name, stamp in self.storage.script_stamps():
+                self._scripts.setdefault(tenant, {})[(kind, name)] = stamp
+            await self._load_tables()
         self._apply_limits()
         self.regions = RegionBook(self.pool, self.storage, self._region_source, self.limits)
-        for problem in await self.regions.restore():
-            log.warning("%s", problem)
+        if not self.leased:
+            for problem in await self.regions.restore():
+                log.warning("%s", problem)
         await self._expire_revoked()
+        if self.leased:
+            self._renewer = asyncio.create_task(self._renew_leases(), name="rhaipool-leases")
 
     async def stop(self) -> None:
-        """Stop the pool and egress; close the database."""
+        """Stop the pool and egress; give up the tenants' leases (the other coordinators take them at
+        once); close the database."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+            with contextlib.suppress(StorageFailed):
+                await self.storage.release()
         await self.pool.aclose()
         await self.egress.aclose()
         self.storage.close()
+
+    # -- tenant leases (several coordinators over one database) ----------------------------------
+
+    async def own(self, tenant: str) -> None:
+        """Make sure this coordinator may serve ``tenant``: it holds the tenant's lease (taken now if it
+        is free or expired) and the tenant's scripts, provider tables and regions are loaded from the
+        database (at its first request here). With one coordinator, nothing to do. Raises
+        :class:`StorageFailed` (503) when another live coordinator holds the lease, or the database
+        cannot be reached (then nothing is served from memory that might be stale)."""
+        if not self.leased or self.storage.holds(tenant):
+            return
+        async with self._owning.setdefault(tenant, asyncio.Lock()):
+            if self.storage.holds(tenant):
+                return
+            if self.storage.epoch(tenant) is not None:  # held, but its renewal is overdue: renew first
+                await self.storage.renew()
+                if self.storage.holds(tenant):
+                    return
+            lease = await self.storage.acquire(tenant)
+            if not lease.mine:
+                raise elsewhere(tenant, f"coordinator {lease.owner} holds its lease")
+            try:
+                await self._load_tenant(tenant)
+            except BaseException:
+                self._drop_tenant(tenant)
+                with contextlib.suppress(StorageFailed):
+                    await self.storage.release([tenant])
+                raise
+
+    async def _load_tenant(self, tenant: str) -> None:
+        """A tenant newly owned: its state from the database (what memory held of it is dropped)."""
+        self._drop_tenant(tenant)
+        for _, kind, name, stamp in await asyncio.to_thread(self.storage.script_stamps, tenant):
+            self._scripts.setdefault(tenant, {})[(kind, name)] = stamp
+        await self._load_tables(tenant)
+        for problem in await self.regions.restore_tenant(tenant):
+            log.warning("%s", problem)
+        log.info("tenant %s: served here from epoch %s", tenant, self.storage.epoch(tenant))
+
+    def _drop_tenant(self, tenant: str) -> None:
+        """Forget a tenant another coordinator serves now (its rows are the new owner's)."""
+        self._scripts.pop(tenant, None)
+        self._tables.pop(tenant, None)
+        self._forget(tenant)
+
+    async def _renew_leases(self) -> None:
+        """Renew the leases every third of their length; a failure leaves them to run out, and this
+        coordinator stops serving those tenants (and readiness turns false) until the database answers."""
+        while True:
+            await asyncio.sleep(self.storage.lease_secs / 3)
+            try:
+                if self.storage.held():
+                    await self.storage.renew()
+                else:
+                    await self.storage.ping()
+            except StorageFailed as exc:
+                if self.database_reachable:
+                    log.warning("database unreachable, leases not renewed: %s", exc.error)
+                self.database_reachable = False
+            else:
+                self.database_reachable = True
 
     # -- configuration ---------------------------------------------------------------------------
 
@@ -149,7 +237,7 @@ class Service:
         if old.source is not None:
             self._config_stamp = self._stamp()
             new = load_service_config(old.source)
-            self.config = replace(new, database=old.database)  # the database cannot move live
+            self.config = replace(new, database=old.database, database_url=old.database_url)  # not live
         try:
             self._load_tenants()
             self._apply_limits()
@@ -237,7 +325,7 @@ class Service:
         await self.storage.put_tenant(tenant, token_sha256)
         self._api_tenants[tenant] = token_sha256
         reinstated = self._revoked.pop(tenant, None) is not None
-        if reinstated:
+        if reinstated and (not self.leased or self.storage.holds(tenant)):
             for problem in await self.regions.restore_tenant(tenant):
                 log.warning("%s", problem)
         self._set_tokens()
@@ -328,10 +416,10 @@ class Service:
 
     # -- providers -------------------------------------------------------------------------------
 
-    async def _load_tables(self) -> None:
-        """Tenants' own provider tables from the database (sealed again under the first key when the
-        key file holds several); one that cannot be opened is set aside."""
-        for tenant, name, sealed in self.storage.provider_tables():
+    async def _load_tables(self, tenant_only: str | None = None) -> None:
+        """Tenants' own provider tables from the database, or one tenant's (sealed again under the
+        first key when the key file holds several); one that cannot be opened is set aside."""
+        for tenant, name, sealed in await asyncio.to_thread(self.storage.provider_tables, tenant_only):
             try:
                 resealed = self.sealer.reseal(sealed)
                 if resealed is not None:

@@ -1,0 +1,205 @@
+"""``rhaipool serve`` on PostgreSQL, one and two coordinators over one real database.
+
+One coordinator keeps SQLite's semantics (what it acknowledged is there after a restart; a retried
+write with the same ``Idempotency-Key`` applies once). Two share the tenants by lease: a tenant is
+served by one of them, the other refuses it with a 503 saying so; a clean stop hands its tenants over
+at once, and the new owner loads their scripts and regions from the database at the first request; a
+paused owner that comes back has its writes refused and drops the tenant; a coordinator cut off from
+the database stops serving and reports not ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from postgres_server import PostgresServer
+from service_support import TOKENS, ServiceProcess, free_port, write_config
+
+from coordinator.client import ServiceError
+
+HOOK = "fn render(ctx) { `${ctx.entries.len()}` }"
+AUTH = {"Authorization": f"Bearer {TOKENS['acme']}"}
+LEASE = 2.0
+
+
+def _start(folder: Path, url: str, *, lease: float = LEASE) -> ServiceProcess:
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    config = write_config(folder, port=port, workers=1, extra=f"lease_secs = {lease}")
+    config.write_text(config.read_text().replace('database = "state/rhaipool.db"', f'database = "{url}"'))
+    return ServiceProcess.start(config, port)
+
+
+@pytest.fixture
+def url(postgres: PostgresServer) -> str:
+    return postgres.fresh()
+
+
+def _entries(service: ServiceProcess, region: str = "log") -> list[str]:
+    with service.client("acme") as c:
+        return [e["content"] for e in c.get_region(region)["entries"]]
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def test_one_coordinator_keeps_what_it_acknowledged(tmp_path: Path, url: str) -> None:
+    service = _start(tmp_path, url)
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=10_000, persistent=True)
+            c.write("log", "one", tokens=1)
+        key = {"Idempotency-Key": str(uuid.uuid4()), **AUTH}
+        write = f"{service.url}/api/regions/log/write"
+        first = httpx.post(write, json={"content": "two", "tokens": 1}, headers=key)
+        again = httpx.post(write, json={"content": "two", "tokens": 1}, headers=key)
+        assert first.status_code == again.status_code == 200
+        assert again.headers["idempotent-replayed"] == "true"
+        assert service.stop() == 0
+        service = _start(tmp_path, url)
+        assert _entries(service) == ["one", "two"]
+        with service.client("acme") as c:
+            assert [s["name"] for s in c.list_scripts()["scripts"]] == ["log"]
+    finally:
+        service.stop()
+
+
+def test_a_tenant_is_served_by_one_coordinator_and_moves_on_a_clean_stop(tmp_path: Path, url: str) -> None:
+    a = _start(tmp_path / "a", url, lease=30.0)
+    b = _start(tmp_path / "b", url, lease=30.0)
+    try:
+        with a.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=10_000, persistent=True)
+            c.write("log", "by a", tokens=1)
+        refused = httpx.get(f"{b.url}/api/regions/log", headers=AUTH)
+        assert refused.status_code == 503 and "served by another coordinator" in refused.text
+        assert refused.headers["retry-after"]
+        with b.client("globex") as c:  # b serves the tenants nobody else holds
+            c.put_script("region_hook", "log", HOOK)
+        assert a.stop() == 0  # releases its leases: b takes acme at once, not after 30 s
+        begun = time.monotonic()
+        assert _entries(b) == ["by a"]  # loaded from the database at its first request
+        assert time.monotonic() - begun < 5.0
+        with b.client("acme") as c:
+            c.write("log", "by b", tokens=1)
+        assert _entries(b) == ["by a", "by b"]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_paused_owner_comes_back_to_refused_writes(tmp_path: Path, url: str) -> None:
+    a = _start(tmp_path / "a", url)
+    b = _start(tmp_path / "b", url)
+    try:
+        with a.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=10_000, persistent=True)
+            c.write("log", "by a", tokens=1)
+        a.process.send_signal(signal.SIGSTOP)  # paused (a long GC, a frozen VM): its lease runs out
+        try:
+            _wait(
+                lambda: httpx.get(f"{b.url}/api/regions/log", headers=AUTH).status_code == 200,
+                10,
+                "b takes acme",
+            )
+            with b.client("acme") as c:
+                c.write("log", "by b", tokens=1)
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        late = httpx.post(
+            f"{a.url}/api/regions/log/write", json={"content": "stale", "tokens": 1}, headers=AUTH
+        )
+        assert late.status_code == 503 and "served by another coordinator" in late.text, late.text
+        assert _entries(b) == ["by a", "by b"]  # nothing of the stale owner's
+        assert "tenant acme dropped" in a.log()
+    finally:
+        a.stop()
+        b.stop()
+
+
+class _Link:
+    """A TCP forwarder between a coordinator and PostgreSQL that the test can cut: its connections
+    end and new ones are refused, as when the database's host becomes unreachable."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.cut = threading.Event()
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if self.cut.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+
+    def partition(self) -> None:
+        self.cut.set()
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        self.sockets.clear()
+
+    def close(self) -> None:
+        self.partition()
+        self.server.close()
+
+
+def test_a_coordinator_cut_off_from_the_database_stops_serving(
+    tmp_path: Path, postgres: PostgresServer
+) -> None:
+    url = postgres.fresh()
+    link = _Link(postgres.port)
+    service = _start(tmp_path, url.replace(f":{postgres.port}/", f":{link.port}/"))
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=10_000, persistent=True)
+        link.partition()
+        _wait(lambda: httpx.get(f"{service.url}/readyz").status_code == 503, 20, "readiness false")
+        assert "database" in httpx.get(f"{service.url}/readyz").text
+        region = f"{service.url}/api/regions/log"
+        _wait(lambda: httpx.get(region, headers=AUTH).status_code == 503, 2 * LEASE, "memory not served")
+        with service.client("acme") as c, pytest.raises(ServiceError) as refused:
+            c.write("log", "lost", tokens=1)
+        assert refused.value.status == 503
+        link.cut.clear()
+        _wait(lambda: httpx.get(f"{service.url}/readyz").status_code == 200, 30, "ready again")
+        assert _entries(service) == []
+    finally:
+        service.stop()
+        link.close()
