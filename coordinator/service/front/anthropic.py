@@ -1,10 +1,11 @@
 """Anthropic Messages over a tenant's provider scripts: ``POST /v1/messages`` and
 ``POST /v1/messages/count_tokens``.
 
-The body is translated into the provider contract's request (SPEC §3.6), which is already close to
-this API's shape (system blocks, ``text``/``tool_use``/``tool_result`` blocks), and run by the runtime
-the native routes use; the answer and the stream events are written as the Anthropic API sends them.
-``model`` is ``PROVIDER/MODEL``; the table of what maps where is in docs/use-from-any-runtime.md.
+The body is translated into the provider contract's request
+(docs/scripts/providers.md#inferencestate-request), which is already close to this API's shape (system blocks,
+``text``/``tool_use``/``tool_result`` blocks), and run by the runtime the native routes use; the answer and
+the stream events are written as the Anthropic API sends them. ``model`` is ``PROVIDER/MODEL``; the table of
+what maps where is in docs/use-from-any-runtime.md.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from coordinator.providers.response import StreamChunk, TokenUsage
 from coordinator.service.errors import RouteError
 from coordinator.service.front.common import (
     ENCODE,
-    FrontError,
     HeldStream,
+    Refusal,
     failure,
     invalid,
     json_reply,
@@ -65,7 +66,7 @@ _SKIPPED: Final = frozenset({"thinking", "redacted_thinking"})
 """Blocks of the model's own reasoning sent back in history: the contract has no place for them."""
 
 
-def error_body(error: FrontError) -> dict[str, Any]:
+def error_body(error: Refusal) -> dict[str, Any]:
     """``{"type": "error", "error": {"type", "message"}}``."""
     return {"type": "error", "error": {"type": _TYPES[error.kind], "message": error.message}}
 
@@ -356,7 +357,7 @@ async def messages(request: Request) -> Response:
     return json_reply(message(answer, body["model"]))
 
 
-async def count_tokens(request: Request) -> Response:
+async def messages_count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the provider's count of the prompt (``{"input_tokens"}``)."""
     tenant = require_tenant(request)
     body: MessagesBody = await parse_body(request, MessagesBody)
@@ -374,5 +375,5 @@ async def count_tokens(request: Request) -> Response:
 
 ROUTES_ANTHROPIC: Final = [
     ("/v1/messages", messages, "POST"),
-    ("/v1/messages/count_tokens", count_tokens, "POST"),
+    ("/v1/messages/count_tokens", messages_count_tokens, "POST"),
 ]

@@ -1,13 +1,15 @@
 """What the OpenAI and Anthropic fronts share: the model name, the provider lookup, failures by
 status, the held event stream and the models cache.
 
-    /v1 body ──▶ openai.py | anthropic.py (translate) ──▶ provider contract request (SPEC §3.6)
+    /v1 body ──▶ openai.py | anthropic.py (translate) ──▶ provider contract request
+    (docs/scripts/providers.md#inferencestate-request)
              ──▶ lookup() ──▶ ProviderRuntime.inference_for / stream   (the native route's calls)
              ──▶ Response / StreamChunk ──▶ translate back ──▶ JSON | Server-Sent Events
 
-A failure is a :class:`FrontError` (status, kind, message, whether to retry); each API writes it in its
-own shape. :func:`failure` decides the status of a provider error: the one both SDKs act on (429 and
-5xx retried, ``x-should-retry`` saying so when the error's ``transient`` knows better).
+A failure is a :class:`Refusal` (status, kind, message, whether to retry) carried by a
+:class:`RouteError`; each API writes it in its own shape. :func:`failure` decides the status of a
+provider error: the one both SDKs act on (429 and 5xx retried, ``x-should-retry`` saying so when
+the error's ``transient`` knows better).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Final
@@ -45,9 +47,9 @@ from coordinator.service.state import Service
 
 __all__ = [
     "ENCODE",
-    "FrontError",
     "HeldStream",
     "ModelsCache",
+    "Refusal",
     "Target",
     "failure",
     "invalid",
@@ -67,9 +69,9 @@ _HTTP_STATUS: Final = re.compile(r"HTTP (\d{3})\b")
 
 
 @dataclass(frozen=True, slots=True)
-class FrontError:
+class Refusal:
     """A failure to answer in the API's own error shape (raised as the ``error`` of a
-    :class:`RouteError`: :func:`refused`).
+    :class:`RouteError`: :func:`refused`; a value, not an exception).
 
     ``kind`` is one of ``invalid_request``, ``authentication``, ``permission``, ``not_found``,
     ``too_large``, ``rate_limit``, ``server``, ``upstream``, ``overloaded``, ``timeout``; each API names
@@ -94,14 +96,14 @@ class FrontError:
         return out
 
 
-def refused(error: FrontError) -> RouteError:
+def refused(error: Refusal) -> RouteError:
     """The exception that carries ``error`` out of a translation to the route."""
     return RouteError(error.status, error, error.headers())
 
 
 def invalid(message: str, param: str | None = None) -> RouteError:
     """A 400 for a body the front cannot translate."""
-    return refused(FrontError(400, "invalid_request", message, param))
+    return refused(Refusal(400, "invalid_request", message, param))
 
 
 def kind_of_status(status: int) -> str:
@@ -132,7 +134,7 @@ def split_model(model: str) -> tuple[str, str]:
     """``PROVIDER/MODEL`` → (provider, model); a 404 naming the rule otherwise."""
     provider, sep, name = model.partition("/")
     if not sep or not provider or not name:
-        raise refused(FrontError(
+        raise refused(Refusal(
             404, "not_found", f"model '{model}' is not PROVIDER/MODEL (GET /v1/models lists them)",
             "model", "model_not_found",
         ))  # fmt: skip
@@ -154,17 +156,17 @@ async def lookup(request: Request, tenant: str, name: str) -> Target:
     try:
         check_name(name, "provider")
     except ValueError as exc:
-        raise refused(FrontError(404, "not_found", str(exc), "model", "model_not_found")) from None
+        raise refused(Refusal(404, "not_found", str(exc), "model", "model_not_found")) from None
     service = service_of(request)
     runtime = service.runtime(tenant)
     try:
         loaded = await runtime.get(name, tenant=tenant)
     except ProviderNotFound:
         message = f"no provider named '{name}' for this tenant"
-        raise refused(FrontError(404, "not_found", message, "model", "model_not_found")) from None
+        raise refused(Refusal(404, "not_found", message, "model", "model_not_found")) from None
     except ProviderLoadError as exc:
         message = f"provider '{name}' did not load: {exc}"
-        raise refused(FrontError(500, "server", message, retry=False)) from None
+        raise refused(Refusal(500, "server", message, retry=False)) from None
     note_script(request, name, getattr(loaded.handle, "sha256", None))
     await service.remember_provider(tenant, loaded)
     return Target(tenant, runtime, loaded)
@@ -175,52 +177,44 @@ def _upstream_status(message: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def failure(exc: BaseException) -> FrontError:
+def failure(exc: BaseException) -> Refusal:
     """The status and kind of a failed call (the mapping table of docs/use-from-any-runtime.md)."""
     if isinstance(exc, RouteError):
-        if isinstance(exc.error, FrontError):
+        if isinstance(exc.error, Refusal):
             return exc.error
         header = (exc.headers or {}).get("Retry-After")
         after = int(header) if header is not None and header.isdigit() else None
-        return FrontError(exc.status, kind_of_status(exc.status), str(exc.error), retry_after=after)
+        return Refusal(exc.status, kind_of_status(exc.status), str(exc.error), retry_after=after)
     if isinstance(exc, InvalidProviderRequest):
-        return FrontError(400, "invalid_request", f"invalid request: {exc}")
+        return Refusal(400, "invalid_request", f"invalid request: {exc}")
     if not isinstance(exc, ProviderError):
         raise TypeError(f"not a provider failure: {exc!r}")
     name, message, transient = exc.class_name, exc.message, exc.transient
     if name == "RateLimitExceeded":
         wait = max(1, math.ceil(exc.retry_after)) if exc.retry_after else 1
-        return FrontError(
-            429, "rate_limit", message, code="rate_limit_exceeded", retry=True, retry_after=wait
-        )
+        return Refusal(429, "rate_limit", message, code="rate_limit_exceeded", retry=True, retry_after=wait)
     if name == "TokenLimitExceeded":
-        return FrontError(400, "invalid_request", message, "messages", "context_length_exceeded", False)
+        return Refusal(400, "invalid_request", message, "messages", "context_length_exceeded", False)
     if isinstance(exc, ProviderCallTimeout) or message.startswith("[timeout]") or "job timeout" in message:
-        return FrontError(504, "timeout", message, code="timeout", retry=transient)
+        return Refusal(504, "timeout", message, code="timeout", retry=transient)
     if name == "Unavailable":
-        return FrontError(503, "overloaded", message, code=exc.reason or "unavailable", retry=False)
+        return Refusal(503, "overloaded", message, code=exc.reason or "unavailable", retry=False)
     if name == "ApiError":
         upstream = _upstream_status(message)
         if upstream == 404 and not transient:
-            return FrontError(404, "not_found", message, "model", "model_not_found", False)
+            return Refusal(404, "not_found", message, "model", "model_not_found", False)
         if upstream in (400, 413, 422) and not transient:
             status = 413 if upstream == 413 else 400
-            return FrontError(
-                status, "too_large" if status == 413 else "invalid_request", message, retry=False
-            )
+            return Refusal(status, "too_large" if status == 413 else "invalid_request", message, retry=False)
         if transient and exc.capacity and upstream == 429:
-            return FrontError(
-                429, "rate_limit", message, code="rate_limit_exceeded", retry=True, retry_after=1
-            )
+            return Refusal(429, "rate_limit", message, code="rate_limit_exceeded", retry=True, retry_after=1)
         if transient and exc.capacity:
-            return FrontError(
-                503, "overloaded", message, code="upstream_overloaded", retry=True, retry_after=1
-            )
+            return Refusal(503, "overloaded", message, code="upstream_overloaded", retry=True, retry_after=1)
         status = upstream if transient and upstream in (500, 502, 503, 504) else 502
-        return FrontError(status, "upstream", message, code="upstream_error", retry=transient)
+        return Refusal(status, "upstream", message, code="upstream_error", retry=transient)
     if name in ("RequestFailed", "InvalidResponse"):
-        return FrontError(502, "upstream", message, code="upstream_error", retry=transient)
-    return FrontError(500, "server", message, code="provider_script_error", retry=transient)
+        return Refusal(502, "upstream", message, code="upstream_error", retry=transient)
+    return Refusal(500, "server", message, code="provider_script_error", retry=transient)
 
 
 def tool_arguments(value: Any) -> str:
@@ -301,6 +295,8 @@ class ModelsCache:
     async def _listing(self, runtime: ProviderRuntime, tenant: str, name: str, ttl: float) -> list[ModelInfo]:
         try:
             loaded = await runtime.get(name, tenant=tenant)
+        except ProviderNotFound:  # a granted table the tenant stores no script for: nothing to list
+            return []
         except ProviderLoadError as exc:
             log.warning("GET /v1/models: tenant %s: provider %s left out: %s", tenant, name, exc)
             return []
@@ -328,6 +324,3 @@ def models_cache(request: Request) -> ModelsCache:
     """The app's cache (one per service)."""
     cache: ModelsCache = request.app.state.models_cache
     return cache
-
-
-Handler = Callable[[Request], Awaitable[Response]]

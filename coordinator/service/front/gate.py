@@ -15,7 +15,7 @@ from typing import Any, Final
 from starlette.types import Message, Receive, Scope, Send
 
 from coordinator.service.front import anthropic, openai
-from coordinator.service.front.common import FrontError, kind_of_status
+from coordinator.service.front.common import Refusal, kind_of_status
 from coordinator.service.gate import Gate
 
 __all__ = ["FrontGate"]
@@ -83,5 +83,5 @@ class _Shaper:
         if isinstance(value, dict) and not isinstance(value.get("error"), str):
             return None  # the API's own shape already (or not the service's plain error)
         message = value["error"] if isinstance(value, dict) else body.decode("utf-8", "replace")
-        error = FrontError(status, kind_of_status(status), message or f"HTTP {status}")
+        error = Refusal(status, kind_of_status(status), message or f"HTTP {status}")
         return json.dumps(self._body(error), ensure_ascii=False).encode()

@@ -1,10 +1,10 @@
 """OpenAI Chat Completions over a tenant's provider scripts: ``POST /v1/chat/completions``,
 ``GET /v1/models``.
 
-The body is translated into the provider contract's request (SPEC §3.6) and run by the runtime the
-native ``/api/providers/{name}/inference`` route uses; the answer is translated back. ``model`` is
-``PROVIDER/MODEL``. What has no place in the contract's request goes through ``extra`` as given; what
-cannot be translated is a 400 naming the field (the table: docs/use-from-any-runtime.md).
+The body is translated into the provider contract's request (docs/scripts/providers.md#inferencestate-request)
+and run by the runtime the native ``/api/providers/{name}/inference`` route uses; the answer is translated
+back. ``model`` is ``PROVIDER/MODEL``. What has no place in the contract's request goes through ``extra`` as
+given; what cannot be translated is a 400 naming the field (the table: docs/use-from-any-runtime.md).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from coordinator.providers.response import StreamChunk, TokenUsage
 from coordinator.service.errors import RouteError
 from coordinator.service.front.common import (
     ENCODE,
-    FrontError,
     HeldStream,
+    Refusal,
     failure,
     invalid,
     json_reply,
@@ -38,7 +38,7 @@ from coordinator.service.front.common import (
 from coordinator.service.front.schemas import ChatCompletionBody, check_extra
 from coordinator.service.http import parse_body, require_tenant, service_of
 
-__all__ = ["ROUTES_OPENAI", "chat_request", "completion", "error_body", "list_models"]
+__all__ = ["ROUTES_OPENAI", "chat_request", "completion", "error_body", "v1_models"]
 
 _KNOWN: Final = frozenset(
     {"model", "messages", "tools", "tool_choice", "max_tokens", "max_completion_tokens", "temperature",
@@ -60,7 +60,7 @@ _TYPES: Final = {
 }
 
 
-def error_body(error: FrontError) -> dict[str, Any]:
+def error_body(error: Refusal) -> dict[str, Any]:
     """``{"error": {"message", "type", "param", "code"}}``."""
     code = error.code or ("invalid_api_key" if error.kind == "authentication" else None)
     return {
@@ -269,7 +269,7 @@ async def _chunks(
     """``chat.completion.chunk`` events: role, content and tool-call deltas, the finish, usage, [DONE];
     an error item ends the stream with an error event."""
     head = {**_head(model), "object": "chat.completion.chunk"}
-    started: dict[int, bool] = {}
+    started: dict[int, int] = {}
     finish: str | None = None
     tokens: TokenUsage | None = None
     yield _event({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
@@ -299,16 +299,19 @@ async def _chunks(
     yield b"data: [DONE]\n\n"
 
 
-def _call_delta(call: Any, started: dict[int, bool]) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": call.index}
-    if call.index not in started:  # the first delta of a call names it
-        started[call.index] = True
-        out["id"] = call.id or f"call_{call.index}"
-        out["type"] = "function"
-        out["function"] = {"name": call.name or "", "arguments": call.arguments_delta}
-    else:
-        out["function"] = {"arguments": call.arguments_delta}
-    return out
+def _call_delta(call: Any, started: dict[int, int]) -> dict[str, Any]:
+    """OpenAI's delta of a call: calls numbered 0, 1, … in the order they begin (a script may number
+    them by its API's block index), the first delta naming the call."""
+    index = started.get(call.index)
+    if index is not None:
+        return {"index": index, "function": {"arguments": call.arguments_delta}}
+    index = started[call.index] = len(started)
+    return {
+        "index": index,
+        "id": call.id or f"call_{index}",
+        "type": "function",
+        "function": {"name": call.name or "", "arguments": call.arguments_delta},
+    }
 
 
 # -- routes --------------------------------------------------------------------------------------
@@ -332,7 +335,7 @@ async def chat_completions(request: Request) -> Response:
     return json_reply(completion(answer, body["model"]))
 
 
-async def list_models(request: Request) -> Response:
+async def v1_models(request: Request) -> Response:
     """``GET /v1/models``: ``PROVIDER/ID`` rows of every provider the tenant may use."""
     tenant = require_tenant(request)
     rows = await models_cache(request).rows(service_of(request), tenant)
@@ -352,5 +355,5 @@ async def list_models(request: Request) -> Response:
 
 ROUTES_OPENAI: Final = [
     ("/v1/chat/completions", chat_completions, "POST"),
-    ("/v1/models", list_models, "GET"),
+    ("/v1/models", v1_models, "GET"),
 ]

@@ -114,12 +114,12 @@ def test_health_and_openapi(service: ServiceProcess) -> None:
 def test_the_openapi_document_lists_exactly_the_routes() -> None:
     from starlette.routing import Route
 
-    from coordinator.service import routes_ops, routes_providers, routes_regions, routes_scripts
+    from coordinator.service import front, routes_ops, routes_providers, routes_regions, routes_scripts
 
     doc = json.loads((Path(routes_ops.__file__).parent / "openapi.json").read_text())
     served = {
         (r.path.replace(":path", ""), m.lower())
-        for module in (routes_ops, routes_providers, routes_regions, routes_scripts)
+        for module in (routes_ops, routes_providers, routes_regions, routes_scripts, front)
         for r in module.ROUTES
         if isinstance(r, Route)
         for m in (r.methods or ()) - {"HEAD"}

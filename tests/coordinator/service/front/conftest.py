@@ -111,7 +111,8 @@ def _anthropic_answer(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     tools = [t.get("name") for t in body.get("tools") or []]
     match = _USE_TOOL.search(text)
     if match and match.group(1) in tools:
-        return "", [{"type": "tool_use", "id": "toolu_1", "name": match.group(1), "input": {"query": text}}]
+        said = "Let me look. " if "explain" in text else ""  # text, then the call (block indices 0, 1)
+        return said, [{"type": "tool_use", "id": "toolu_1", "name": match.group(1), "input": {"query": text}}]
     system = " ".join(b.get("text", "") for b in body.get("system") or [])
     prefix = f"[{system}] " if system else ""
     if "Reply with exactly: PONG" in text:

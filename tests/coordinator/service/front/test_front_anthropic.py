@@ -235,3 +235,62 @@ def test_a_stream_failing_after_its_start_ends_with_an_error_event(client: anthr
     ):
         texts.extend(stream.text_stream)
     assert texts == ["partial "] and "broke mid-stream" in str(broke.value)
+
+
+# -- what the reference runtime sends --------------------------------------------------------------
+
+
+def test_the_reference_runtimes_anthropic_provider_body(front: ServiceProcess, upstream: Upstream) -> None:
+    """Exactly what GEMISIS/leviath's ``anthropic`` provider sends with ``anthropic_base_url``: system
+    blocks and the last block of a message marked ``cache_control``, the contract's own ``tool_use`` /
+    ``tool_result`` blocks, the widened temperature, the stage's extra parameters merged at the top
+    level, and its token count at ``/messages/count_tokens`` (no ``max_tokens``)."""
+    headers = {
+        "x-api-key": TOKENS["acme"],
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "extended-cache-ttl-2025-04-11",
+        "content-type": "application/json",
+    }
+    cache = {"type": "ephemeral", "ttl": "1h"}
+    body = {
+        "model": "anthropic/claude-test-1",
+        "max_tokens": 4096,
+        "temperature": 0.699999988079071,
+        "system": [
+            {"type": "text", "text": "You are terse.", "cache_control": cache},
+            {"type": "text", "text": "Region two."},
+        ],
+        "messages": [
+            {"role": "user", "content": "use search for rhai"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_9", "name": "search", "input": {"query": "rhai"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_9", "content": "a language",
+                     "is_error": False, "cache_control": cache},
+                ],
+            },
+        ],
+        "tools": [{"name": "search", "description": "search", "input_schema": SEARCH["input_schema"]}],
+        "top_p": 0.9,
+    }  # fmt: skip
+    with httpx.Client(base_url=front.url + "/v1", headers=headers, timeout=30) as http:
+        plain = http.post("/messages", json=body)
+        assert plain.status_code == 200, plain.text
+        assert plain.json()["content"] == [
+            {"type": "text", "text": "[You are terse. Region two.] claude: tool said: a language"}
+        ]
+        sent = upstream.requests_to("/anthropic/v1/messages")[-1].json()
+        assert sent["messages"][1]["content"][0]["input"] == {"query": "rhai"} and sent["top_p"] == 0.9
+        with http.stream("POST", "/messages", json={**body, "stream": True}) as streamed:
+            assert streamed.status_code == 200
+            kinds = [line[7:] for line in streamed.iter_lines() if line.startswith("event: ")]
+        assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+        ask = {"model": "anthropic/claude-test-1", "messages": [{"role": "user", "content": "x" * 35}]}
+        counted = http.post("/messages/count_tokens", json=ask)
+        assert counted.status_code == 200 and counted.json() == {"input_tokens": 10}

@@ -97,20 +97,29 @@ def test_tools_round_trip(client: openai.OpenAI, upstream: Upstream) -> None:
 
 
 def test_streamed_tool_call_deltas(client: openai.OpenAI) -> None:
-    """The Anthropic-style script streams its tool call in pieces; OpenAI deltas carry id and name first."""
+    """The Anthropic-style script streams text, then its tool call in pieces under the API's block
+    index 1; the OpenAI deltas number the call 0 and carry its id and name first."""
+    ask: Any = [{"role": "user", "content": "explain, then use search now"}]
+    chunks = list(
+        client.chat.completions.create(
+            model="anthropic/claude-test-1", messages=ask, tools=[SEARCH], stream=True
+        )
+    )
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    assert [d.index for d in deltas] == [0, 0, 0]
+    assert (deltas[0].id, deltas[0].type, deltas[0].function.name) == ("toolu_1", "function", "search")  # type: ignore[union-attr]
+    assert all(d.id is None and d.function.name is None for d in deltas[1:])  # type: ignore[union-attr]
     with client.chat.completions.stream(
         model="anthropic/claude-test-1",
-        messages=[{"role": "user", "content": "use search now"}],
+        messages=ask,
         tools=[SEARCH],  # type: ignore[list-item]
     ) as stream:
-        for _event in stream:
-            pass
         final = stream.get_final_completion()
     choice = final.choices[0]
-    assert choice.finish_reason == "tool_calls"
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me look. "
     call = choice.message.tool_calls[0]  # type: ignore[index]
     assert (call.id, call.function.name) == ("toolu_1", "search")
-    assert json.loads(call.function.arguments) == {"query": "use search now"}
+    assert json.loads(call.function.arguments) == {"query": "explain, then use search now"}
 
 
 def test_the_async_client(front: ServiceProcess) -> None:
