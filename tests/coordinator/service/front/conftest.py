@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -33,6 +34,8 @@ fn stream(state, request, on_chunk) {
     throw "the script broke mid-stream";
 }
 """
+TIGHT_TOKEN = "tight-secret-token"
+"""A tenant allowed one request at a time (``max_connections = 1``)."""
 THROWER = 'fn initialize(c) { #{} }\nfn inference(s, r) { throw "boom" }'
 _USE_TOOL = re.compile(r"\buse (\w+)")
 
@@ -63,6 +66,8 @@ class Upstream:
                 return Reply(
                     429, {"Content-Type": "application/json", "Retry-After": "1"}, json.dumps(body).encode()
                 )
+        if b"SLOW" in request.body:  # holds its connection a while (the tenant's max_connections)
+            time.sleep(1.5)
         return _default(self.server, request)
 
     def _messages(self, request: Request) -> Reply:
@@ -167,6 +172,10 @@ def _config(port: int, standin: StandinServer, folder: Any) -> Any:
         "[tenants.acme]",
         f'token_sha256 = "{sha(TOKENS["acme"])}"',
         'providers = ["groq", "anthropic"]',
+        "[tenants.tight]",
+        f'token_sha256 = "{sha(TIGHT_TOKEN)}"',
+        'providers = ["groq"]',
+        "max_connections = 1",
         "[tenants.globex]",
         f'token_sha256 = "{sha(TOKENS["globex"])}"',
         "[model_providers.groq]",
@@ -200,6 +209,8 @@ def front(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Itera
             c.put_script("provider", "anthropic", ANTHROPIC_SCRIPT.read_text())
             c.put_script("provider", "halfway", HALFWAY)
             c.put_script("provider", "thrower", THROWER)
+        with running.client(token=TIGHT_TOKEN) as c:
+            c.put_script("provider", "groq", GROQ_SCRIPT.read_text())
         yield running
     finally:
         assert running.stop() == 0

@@ -4,6 +4,7 @@ tokens), over the Anthropic-style example script and the OpenAI-style seed, agai
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from conftest import Upstream
+from conftest import TIGHT_TOKEN, Upstream
 from service_support import TOKENS, ServiceProcess
 
 PONG: list[Any] = [{"role": "user", "content": "Reply with exactly: PONG"}]
@@ -225,6 +226,31 @@ def test_a_429_is_a_rate_limit_error(client: anthropic.Anthropic, upstream: Upst
         client.messages.create(model="groq/standin-small", max_tokens=5, messages=PONG)
     assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     assert limited.value.response.headers["retry-after"] == "1"
+
+
+def test_the_gates_own_refusal_counts_an_x_api_key_and_is_shaped(
+    front: ServiceProcess, upstream: Upstream
+) -> None:
+    """A tenant at its ``max_connections`` is refused by the gate before any route runs: the
+    ``x-api-key`` names the tenant there too, and the refusal is the API's 429."""
+    slow: list[Any] = [{"role": "user", "content": "SLOW please"}]
+    with anthropic.Anthropic(base_url=front.url, api_key=TIGHT_TOKEN, max_retries=0) as tight:
+        first = threading.Thread(
+            target=lambda: tight.messages.create(model="groq/standin-small", max_tokens=5, messages=slow)
+        )
+        first.start()
+        deadline = time.monotonic() + 20
+        while not any(b"SLOW" in r.body for r in upstream.requests_to("/v1/chat/completions")):
+            assert time.monotonic() < deadline, "the first request never reached the upstream"
+            time.sleep(0.02)  # until the first request is in flight (the upstream holds it 1.5 s)
+        try:
+            with pytest.raises(anthropic.RateLimitError) as refused:
+                tight.messages.create(model="groq/standin-small", max_tokens=5, messages=PONG)
+        finally:
+            first.join()
+    assert refused.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert "max_connections" in refused.value.body["error"]["message"]  # type: ignore[index]
+    assert refused.value.response.headers["retry-after"] == "1"
 
 
 def test_a_stream_failing_after_its_start_ends_with_an_error_event(client: anthropic.Anthropic) -> None:
