@@ -13,19 +13,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from coordinator._core import outcomes
-from coordinator._core.quotas import CpuLedger, QuotaTable
-from coordinator.errors import (
+from coordinator._core.errors import (
     Quarantined,
     QuotaExceeded,
     ScriptTimeout,
     TooManyCallsInFlight,
     TooManyCallsQueued,
 )
+from coordinator._core.quotas import CpuLedger, QuotaTable
 
 if TYPE_CHECKING:
     from coordinator._core.calls import CallRecord
+    from coordinator._core.errors import CallFailed
     from coordinator._core.quarantine import Quarantine
-    from coordinator.errors import CallFailed
 
 __all__ = ["AdmissionControl"]
 

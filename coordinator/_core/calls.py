@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from coordinator.errors import CallFailed, Cancelled
+from coordinator._core.errors import CallFailed, Cancelled
 from proto import Chunk, Kind, Op
 
 if TYPE_CHECKING:

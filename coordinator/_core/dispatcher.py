@@ -34,6 +34,7 @@ from coordinator._core.attempts import Attempts
 from coordinator._core.calls import Attempt, CallRecord, CallResult, Observers
 from coordinator._core.config import PoolConfig
 from coordinator._core.deaths import Deaths
+from coordinator._core.errors import CallFailed, Overloaded, PoolClosed
 from coordinator._core.hostcalls import HostBridge, Spawn
 from coordinator._core.isolation import Suspects
 from coordinator._core.kills import KillReason
@@ -46,7 +47,6 @@ from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.waiting import Changes
 from coordinator._core.workers import Placement, WorkerProcess
-from coordinator.errors import CallFailed, Overloaded, PoolClosed
 from coordinator.timers import TimerHeap
 from proto import (
     FROM_WORKER,

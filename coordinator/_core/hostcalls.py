@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
-from coordinator.errors import HostCallError
+from coordinator._core.errors import HostCallError
 from proto import (
     BROKERED,
     STREAMING_HOST_CALLS,

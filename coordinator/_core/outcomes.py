@@ -29,8 +29,7 @@ import signal
 from typing import TYPE_CHECKING, Any, Final
 
 from coordinator._core.calls import MIN_ATTEMPT_TIME, CallResult
-from coordinator._core.kills import KillReason
-from coordinator.errors import (
+from coordinator._core.errors import (
     CallFailed,
     Cancelled,
     CompileError,
@@ -41,6 +40,7 @@ from coordinator.errors import (
     WorkerCrashed,
     WorkerLost,
 )
+from coordinator._core.kills import KillReason
 from proto import Error, ErrorClass, Op, Result
 
 if TYPE_CHECKING:

@@ -48,6 +48,7 @@ from coordinator._core.calls import (
 )
 from coordinator._core.config import PoolConfig, TenantQuotas
 from coordinator._core.dispatcher import Dispatcher
+from coordinator._core.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from coordinator._core.fleet import Fleet
 from coordinator._core.handles import ScriptHandle, sha256_of
 from coordinator._core.kills import KillReason
@@ -55,7 +56,6 @@ from coordinator._core.quotas import QuotaTable, ScriptBook
 from coordinator._core.supervisor import Supervisor
 from coordinator._core.transport import Router
 from coordinator._core.workers import WorkerProcess, WorkerState
-from coordinator.errors import Cancelled, MissingFunction, NoWorkerAvailable, PoolClosed
 from coordinator.tenancy import DEFAULT_TENANT
 from proto import Goodbye, Heartbeat, Kind, Op, Ready, Shutdown
 

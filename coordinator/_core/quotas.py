@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
 from coordinator._core.config import TenantQuotas
+from coordinator._core.errors import CpuQuotaExceeded, ScriptQuotaExceeded
 from coordinator._core.handles import ScriptHandle
-from coordinator.errors import CpuQuotaExceeded, ScriptQuotaExceeded
 
 __all__ = ["CpuLedger", "QuotaTable", "ScriptBook", "ScriptKey"]
 
