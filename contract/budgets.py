@@ -1,4 +1,5 @@
-"""The engine budgets of each script kind (SPEC §2.1), shared by both sides of the wire (not sent on it).
+"""The engine budgets of each script kind (docs/scripts/errors.md#limits), shared by both sides of the wire
+(not sent on it).
 
 The worker builds its engines from these; the coordinator's benchmarks build the
 in-process baseline from the same table, so the two can never drift apart.

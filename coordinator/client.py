@@ -118,7 +118,8 @@ class _Api(Generic[R]):
         return self._call("DELETE", f"/api/regions/{_seg(name)}")
 
     def write(self, region: str, content: str, tokens: int | None = None, **entry: Any) -> R:
-        """``POST /api/regions/{name}/write``; ``entry`` carries ``kind``, ``tool_calls`` … (§1.5)."""
+        """``POST /api/regions/{name}/write``; ``entry`` carries ``kind``, ``tool_calls`` …
+        (docs/scripts/regions.md#renderctx)."""
         body = {"content": content, **({"tokens": tokens} if tokens is not None else {}), **entry}
         return self._call("POST", f"/api/regions/{_seg(region)}/write", body)
 

@@ -30,7 +30,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class HostFunction:
-    """One brokered host function: its Rhai signatures as the reference registers them (SPEC §3.14).
+    """One brokered host function: its Rhai signatures as the reference registers them
+    (docs/scripts/host-functions.md).
 
     The worker registers exactly ``signatures`` (a call with other types is Rhai's catchable "function
     not found" and never becomes a HOST_CALL); the coordinator checks a HOST_CALL's arguments against

@@ -1,9 +1,11 @@
 """The token estimates both sides compute, and the one tiktoken counter they share.
 
 A provider script's ``count_tokens_heuristic`` runs in the worker; the coordinator's fallback for a
-script without a usable ``count_tokens`` runs in the host. SPEC §3.12 makes them the same arithmetic,
-and a region's ``count_tokens`` helper is the same ``ceil(bytes / 4)`` the coordinator budgets with
-(§1.10), so all of it lives here, below both, and ``tests/proto/test_tokens.py`` ties the callers to it.
+script without a usable ``count_tokens`` runs in the host.
+docs/scripts/providers.md#count_tokensstate-text-model makes them the same arithmetic, and a region's
+``count_tokens`` helper is the same ``ceil(bytes / 4)`` the coordinator budgets with
+(docs/scripts/regions.md#budgets-and-token-estimates), so all of it lives here, below both, and
+``tests/proto/test_tokens.py`` ties the callers to it.
 
 The OpenAI rule is tiktoken's BPE as the ``tiktoken-rs`` crate computes it, the crate the reference
 runtime counts with, compiled into our binding (``rhai.tiktoken_count``; its ranks are embedded, so it

@@ -159,8 +159,8 @@ def _wide_int_as_float(value: object) -> object:
 
 def _wide_ints_as_floats(value: object) -> object:
     """``value`` with its ints beyond 64 bits as the nearest floats, what a script reads them as
-    (SPEC §2.5: the reference parses such a number as a float). Only reached when msgpack refused
-    an int, so ordinary bodies are never copied."""
+    (docs/scripts/host-functions.md#values-between-json-and-rhai: the reference parses such a number as a
+    float). Only reached when msgpack refused an int, so ordinary bodies are never copied."""
     return copy_nested(value, _wide_int_as_float, _same_key)
 
 

@@ -141,7 +141,8 @@ class Engines:
             for name, (fn, types) in HELPERS[kind].items():
                 engine.register_fn(name, fn, types=list(types) if types else None)
             for name, fn in host_functions.get(kind, {}).items():
-                # Typed as in the reference: wrong types fail here, not after a round trip (§3.14).
+                # Typed as in the reference: wrong types fail here, not after a round trip
+                # (docs/scripts/host-functions.md).
                 for types in BROKERED_FUNCTIONS[kind][name].signatures:
                     engine.register_fn(name, fn, types=list(types))
             for name, fn, types in (waits or {}).get(kind, ()):

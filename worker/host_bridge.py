@@ -158,7 +158,9 @@ class CallChannel:
         self._credits -= 1
         try:
             self._outbox.put(Chunk(self.id, self._seq, value))
-        except ProtocolError as exc:  # SPEC §3.11: an error item in the stream, and the script goes on
+        # docs/scripts/providers.md#streamstate-request-on_chunk: an error item in the stream, and the script
+        # goes on
+        except ProtocolError as exc:
             self._outbox.put(Chunk(self.id, self._seq, None, f"chunk has no wire form: {exc}"))
         self._seq += 1
 

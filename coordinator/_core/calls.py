@@ -106,7 +106,8 @@ class Resident(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class InvalidChunk:
-    """A stream item standing for a chunk the script emitted that had no wire form (SPEC §3.11)."""
+    """A stream item standing for a chunk the script emitted that had no wire form
+    (docs/scripts/providers.md#streamstate-request-on_chunk)."""
 
     message: str
 

@@ -3,7 +3,7 @@
     rhaipool bench binding [--json] [--quick]
 
 * call overhead: p50 of ``fn f(x) { x }`` with an int (baseline: a Python call);
-* region ctx round trip: a 100-entry render ctx (SPEC §1.5 shape, ~200-character
+* region ctx round trip: a 100-entry render ctx (docs/scripts/regions.md#renderctx shape, ~200-character
   contents) sent into a script and returned, against
   ``msgpack.unpackb(msgpack.packb(ctx))`` of the same data (target: <= 1.5x);
 * operations per second of a counting loop;
@@ -38,7 +38,7 @@ fn render(ctx) {
 
 
 def region_ctx(entries: int) -> dict[str, Any]:
-    """A render ctx of SPEC §1.5's shape with ~200-character contents."""
+    """A render ctx of docs/scripts/regions.md#renderctx's shape with ~200-character contents."""
     content = ("The user prefers concise answers and works in UTC+1; remember the project codename. " * 3)[
         :200
     ]

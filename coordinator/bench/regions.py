@@ -47,7 +47,7 @@ fn render(ctx) {
 """A realistic render: one pass over every entry, then the newest twenty as text.
 
 ``ctx.region.entry_count``, not ``ctx.entries.len()``: a method call on a
-10 000-map array trips the §2.1 map-size limit, on both sides alike.
+10 000-map array trips the docs/scripts/errors.md#limits map-size limit, on both sides alike.
 """
 
 

@@ -1,4 +1,5 @@
-"""Reading a response body safely: the size cap and the "is this really text?" checks (SPEC §3.15).
+"""Reading a response body safely: the size cap and the "is this really text?" checks
+(docs/scripts/host-functions.md#transport).
 
 A script only ever receives text. A 2xx answer whose content type is not text-like, or whose bytes
 decode to mostly replacement characters, is refused with an ``api`` error that says so, instead of

@@ -8,12 +8,12 @@
                                                                           │ PolicyResolver: resolve,
                                                                           ▼ keep allowed addresses, connect
 
-Transport rules (SPEC §3.15): connect timeout 30 s, TCP keepalive 30 s, a total deadline per request,
-same-origin redirects only (at most 5 hops, followed here: aiohttp's own are off), text-only 2xx
-bodies, a response size cap, up to two quick retries of a unary request whose connection broke, none
-for streams. No cookie jar (one client serves every provider and tenant), no proxies or settings
-from the environment. Connections are pooled (allowed by SPEC §0); pools are keyed by the address
-policy so a connection opened under one provider's ``egress_allow`` is never reused by a provider
+Transport rules (docs/scripts/host-functions.md#transport): connect timeout 30 s, TCP keepalive 30 s, a total
+deadline per request, same-origin redirects only (at most 5 hops, followed here: aiohttp's own are off),
+text-only 2xx bodies, a response size cap, up to two quick retries of a unary request whose connection broke,
+none for streams. No cookie jar (one client serves every provider and tenant), no proxies or settings
+from the environment. Connections are pooled (docs/scripts/host-functions.md#transport); pools are keyed by
+the address policy so a connection opened under one provider's ``egress_allow`` is never reused by a provider
 without it. aiohttp resolves names through the connector's resolver, which here filters every
 address through the policy; it never consults the resolver for an IP-literal host, so those are
 checked before every hop (both in ``connect.py``). Unix sockets cannot be reached: only http(s) URLs

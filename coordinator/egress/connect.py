@@ -1,4 +1,5 @@
-"""The connection path of egress: where the address policy is applied (SPEC §3.15, SECURITY.md layer 6).
+"""The connection path of egress: where the address policy is applied
+(docs/scripts/host-functions.md#transport, SECURITY.md layer 6).
 
 aiohttp asks a connector's resolver for the addresses of a host name and dials only what it returns,
 so each address policy's connector gets a ``PolicyResolver`` that resolves the name and keeps only
@@ -68,7 +69,7 @@ class PolicyResolver(AbstractResolver):
 
 
 def keepalive_socket(addr_info: Any) -> socket.socket:
-    """A TCP socket with keepalive probes after 30 s idle (SPEC §3.15)."""
+    """A TCP socket with keepalive probes after 30 s idle (docs/scripts/host-functions.md#transport)."""
     family, kind, proto, _, _ = addr_info
     sock = socket.socket(family=family, type=kind, proto=proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)

@@ -8,7 +8,7 @@ These are the bodies egress returned when it ran on httpx without brotli or zsta
 two codings are advertised in ``Accept-Encoding`` (``ACCEPT_ENCODING``).
 
 A body that claims gzip/deflate but does not decompress is a failed body read (``BodyDecodeError``,
-a transport error for the script, SPEC §3.15).
+a transport error for the script, docs/scripts/host-functions.md#transport).
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
-"""``env_var(name)`` resolved by the coordinator, never inside a worker (SPEC §0, §3.19).
+"""``env_var(name)`` resolved by the coordinator, never inside a worker
+(docs/scripts/host-functions.md#env_varname).
 
 Single-tenant mode (the default): the provider's ``[model_providers.<name>.env]`` values first, then
 the host environment with credential-shaped names hidden unless allow-listed (``[security]
 allow_env_vars`` or the provider's own ``allow_env_vars``; case-insensitive, exact). On top of SPEC
-§3.19's list, names containing ``PASS``, ``PWD``, ``CREDS``, ``_SK``, ``PEM``, ``WEBHOOK`` or
-``CONNECTION_STRING`` are hidden, and so is a ``*_URI``/``*_URL`` variable, or any name ending in
-``PROXY`` (``HTTPS_PROXY``, ``all_proxy``, ``NO_PROXY``...), whose value carries ``user:password@``.
-Tenant mode: only the provider's ``env`` table and the host variables its own ``allow_env_vars``
-names, and the script gets each value's placeholder, never the value (``secrets.py``).
+docs/scripts/host-functions.md#env_varname's list, names containing ``PASS``, ``PWD``, ``CREDS``, ``_SK``,
+``PEM``, ``WEBHOOK`` or ``CONNECTION_STRING`` are hidden, and so is a ``*_URI``/``*_URL`` variable, or any
+name ending in ``PROXY`` (``HTTPS_PROXY``, ``all_proxy``, ``NO_PROXY``...), whose value carries
+``user:password@``. Tenant mode: only the provider's ``env`` table and the host variables its own
+``allow_env_vars`` names, and the script gets each value's placeholder, never the value (``secrets.py``).
 """
 
 from __future__ import annotations

@@ -310,8 +310,9 @@ def transport_error(exc: BaseException, timeout: float | None = None) -> HostErr
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """A unary request whose connection broke (SPEC §3.15: reset / closed / broken pipe / eof / timed
-    out) is tried again; one that never connected (refused, DNS, TLS) or was refused by policy is not."""
+    """A unary request whose connection broke (docs/scripts/host-functions.md#transport: reset / closed /
+    broken pipe / eof / timed out) is tried again; one that never connected (refused, DNS, TLS) or was refused
+    by policy is not."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return False
     return isinstance(exc, (*_DROPPED, aiohttp.ClientConnectionError, TimeoutError))

@@ -1,4 +1,5 @@
-"""Server-sent-event framing exactly as the reference broker does it (SPEC §3.15).
+"""Server-sent-event framing exactly as the reference broker does it
+(docs/scripts/host-functions.md#transport).
 
 Events are split on ``"\\n\\n"`` only (a CRLF-only stream is one event until the end), each event
 contributes its first non-empty ``data:`` line, ``[DONE]`` ends the stream and an unterminated tail is

@@ -1,4 +1,5 @@
-"""Script model providers (SPEC §3): load, configure and run provider scripts through the pool.
+"""Script model providers (docs/scripts/providers.md): load, configure and run provider scripts through the
+pool.
 
     ProviderRuntime(PoolExecutor(pool), Egress(), load_config(path))
         .inference(name, request) -> Response          retries, RPM/TPM limits, token guard, job bound
@@ -6,11 +7,14 @@
         .count_tokens(provider, text, model) / .list_models(provider) / .lookup(name)
 
 One module per job: ``config`` (tables, paths, discovery), ``metadata`` (directives), ``request``
-(§3.6), ``response``/``parts`` (§3.7–§3.10), ``failures`` (§3.16), ``retry`` (§3.17), ``ratelimit``
-(§3.18), ``loader`` (§3.1/§3.4 load sequence and cache), ``errors`` (every exception of the package),
-``host`` (brokered host functions), ``executor`` (the pool boundary), ``runtime`` (entry points),
-``cli``/``present``/``session``/``demo`` (the command line), ``standin`` (a local OpenAI-compatible API
-for demos, benchmarks and tests).
+(docs/scripts/providers.md#inferencestate-request), ``response``/``parts``
+(docs/scripts/providers.md#inferencestate-request), ``failures``
+(docs/scripts/errors.md#provider-error-classes), ``retry`` (docs/scripts/errors.md#retries), ``ratelimit``
+(docs/scripts/errors.md#rate-limits), ``loader``
+(docs/scripts/providers.md#where-it-lives-and-how-it-is-named, docs/scripts/providers.md#the-functions load
+sequence and cache), ``errors`` (every exception of the package), ``host`` (brokered host functions),
+``executor`` (the pool boundary), ``runtime`` (entry points), ``cli``/``present``/``session``/``demo`` (the
+command line), ``standin`` (a local OpenAI-compatible API for demos, benchmarks and tests).
 """
 
 from __future__ import annotations

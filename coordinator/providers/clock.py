@@ -1,4 +1,4 @@
-"""An injectable clock, so retry and rate-limit schedules are tested without real sleeps (SPEC §5.L)."""
+"""An injectable clock, so retry and rate-limit schedules are tested without real sleeps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Provider configuration: ``[model_providers.<name>]`` tables, discovery, script paths (SPEC §3.1, §3.2).
+"""Provider configuration: ``[model_providers.<name>]`` tables, discovery, script paths
+(docs/scripts/providers.md#where-it-lives-and-how-it-is-named,
+docs/reference/configuration.md#model_providersname).
 
 A config file is read into frozen values; comparing two snapshots by value is what decides whether a
 cached provider is still good, so editing a ``base_url`` reloads the provider and re-reading an
@@ -100,7 +102,8 @@ def _masked(value: Any, secret: bool, mask: Callable[[str], str]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """Both limits are required when the table exists (SPEC §3.2)."""
+    """Both limits are required when the table exists
+    (docs/reference/configuration.md#model_providersname)."""
 
     requests_per_minute: int
     tokens_per_minute: int

@@ -1,7 +1,8 @@
 """The provider runtime's only contact with the pool: load, call, stream, and error translation.
 
-Pool errors become provider errors here and nowhere else (SPEC §3.16 steps 1–4, §0 for our limits),
-so the rest of ``coordinator.providers`` speaks one error vocabulary.
+Pool errors become provider errors here and nowhere else (docs/scripts/errors.md#provider-error-classes,
+docs/scripts/errors.md#limits for our own limits), so the rest of ``coordinator.providers`` speaks one error
+vocabulary.
 """
 
 from __future__ import annotations

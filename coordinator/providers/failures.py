@@ -40,7 +40,7 @@ __all__ = [
     "value_text",
 ]
 
-#: The ten failure_kind labels and our remedy sentence for each (SPEC §3.16, §0).
+#: The ten failure_kind labels and our remedy sentence for each (docs/scripts/errors.md#failure-labels).
 FAILURE_KINDS: dict[str, str] = {
     "dns-failure": "the host name did not resolve; check base_url and this machine's DNS",
     "connection-refused": (
@@ -147,7 +147,8 @@ def classify_api_message(message: str) -> ProviderError:
 
 
 def classify_thrown(value: Any) -> ProviderError:
-    """Map a value thrown out of a provider script onto an error class (SPEC §3.16)."""
+    """Map a value thrown out of a provider script onto an error class
+    (docs/scripts/errors.md#provider-error-classes)."""
     if not isinstance(value, dict):
         return UnclassifiedProviderError(value_text(value))
     kind = value.get("kind")

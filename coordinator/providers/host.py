@@ -2,10 +2,10 @@
 
 The worker blocks on a HOST_CALL; the pool hands it to :meth:`ProviderHost.call` (or ``stream``), which
 goes through the shared :class:`~coordinator.egress.Egress` under the provider's policy. Failures are
-thrown into the script as the maps of SPEC §3.16 via ``HostCallError``. Every request goes through the
-call's :class:`~coordinator.providers.journal.Journal`, which lives as long as the call, across its
-attempts: a re-run after a worker death is served the requests its dead attempt already sent, so
-``sent`` (read by the re-run rule) is true only for a request that cannot be replayed.
+thrown into the script as the maps of docs/scripts/errors.md#provider-error-classes via ``HostCallError``.
+Every request goes through the call's :class:`~coordinator.providers.journal.Journal`, which lives as long as
+the call, across its attempts: a re-run after a worker death is served the requests its dead attempt already
+sent, so ``sent`` (read by the re-run rule) is true only for a request that cannot be replayed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Loading provider scripts and keeping them fresh (SPEC §3.1, §3.4).
+"""Loading provider scripts and keeping them fresh
+(docs/scripts/providers.md#where-it-lives-and-how-it-is-named, docs/scripts/providers.md#the-functions).
 
 Nothing is loaded until a name is looked up. Each lookup stats the file (or asks the
 :class:`~coordinator.providers.source.ScriptSource` for the script's version): a cached provider is
@@ -90,7 +91,7 @@ def compile_position(exc: BaseException, message: str) -> str:
 
 
 def check_functions(name: str, functions: list[tuple[str, int]]) -> str | None:
-    """The first missing or mis-declared required function (SPEC §3.4).
+    """The first missing or mis-declared required function (docs/scripts/providers.md#the-functions).
 
     Rhai overloads by arity, so a definition with the required arity anywhere in the script satisfies
     the check (as the reference's ``has_fn``); only when none has it is the first definition's arity

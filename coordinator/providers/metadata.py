@@ -1,4 +1,4 @@
-"""``// @key value`` metadata directives of a provider script (SPEC §3.3).
+"""``// @key value`` metadata directives of a provider script (docs/scripts/providers.md#metadata).
 
 Nothing here can fail a load: unknown keys, bad values and stray lines are ignored, and a bad value
 keeps the default, so a typo in a comment never takes a provider down.

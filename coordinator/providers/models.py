@@ -1,4 +1,5 @@
-"""What a provider says about its models: ``list_models`` rows and capabilities (SPEC §3.13, §3.20)."""
+"""What a provider says about its models: ``list_models`` rows and capabilities
+(docs/scripts/providers.md#list_modelsstate, docs/scripts/providers.md#metadata)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Binary ``parts`` of a response or chunk: bytes from a blob or base64, plus mime sniffing (SPEC §3.10).
+"""Binary ``parts`` of a response or chunk: bytes from a blob or base64, plus mime sniffing
+(docs/scripts/providers.md#inferencestate-request).
 
 A part whose declared type is missing or unparsable is sniffed from its first bytes, provider
 ``@mime_type`` rows first and then a small built-in table, so an image a script forgot to label still

@@ -1,4 +1,5 @@
-"""Per-provider rate limits owned by the coordinator: RPM and TPM windows, 429 backoff (SPEC §3.18, §0).
+"""Per-provider rate limits owned by the coordinator: RPM and TPM windows, 429 backoff
+(docs/scripts/errors.md#rate-limits).
 
 One limiter per provider name, shared by every call in the coordinator whatever worker runs it, so
 the limits are global. Unlike the reference, ``tokens_per_minute`` is enforced: an attempt waits while

@@ -1,9 +1,10 @@
-"""The ``request`` map a provider's ``inference``/``stream`` receives (SPEC §3.6).
+"""The ``request`` map a provider's ``inference``/``stream`` receives
+(docs/scripts/providers.md#inferencestate-request).
 
 Callers (the CLI's REQUEST.json, the Python API) may give a partial request; :func:`build_request`
 fills the defaults the reference would have filled and checks the shapes, so a script always sees
-the documented keys with the documented types. ``temperature`` is passed exactly as given (SPEC §0:
-no f32 widening).
+the documented keys with the documented types. ``temperature`` is passed exactly as given (no f32
+widening: docs/scripts/providers.md#inferencestate-request).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def prompt_text(request: dict[str, Any]) -> str:
     """Text the token guard counts: system texts, message texts (text blocks only), tool definitions.
 
     The schema is written as serde_json writes it (compact, raw UTF-8), since a script's ``count_tokens``
-    sees this exact text (SPEC §3.12).
+    sees this exact text (docs/scripts/providers.md#count_tokensstate-text-model).
     """
     pieces = [block["text"] for block in request.get("system", [])]
     for message in request.get("messages", []):
@@ -119,7 +120,8 @@ def _int_field(value: Any, name: str) -> int | None:
 
 
 def build_request(raw: Any, caps: Capabilities, default_model: str | None = None) -> dict[str, Any]:
-    """A complete request map from a partial one (defaults of SPEC §3.6)."""
+    """A complete request map from a partial one (defaults of
+    docs/scripts/providers.md#inferencestate-request)."""
     if not isinstance(raw, dict):
         raise InvalidProviderRequest("the request must be a JSON object")
     model = raw.get("model", default_model)
@@ -134,7 +136,8 @@ def build_request(raw: Any, caps: Capabilities, default_model: str | None = None
     temperature = raw.get("temperature", DEFAULT_TEMPERATURE)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise InvalidProviderRequest("request.temperature must be a number")
-    # A model whose capabilities say no temperature always gets 0.0, whatever the stage asked (§3.6).
+    # A model whose capabilities say no temperature always gets 0.0, whatever the stage asked
+    # (docs/scripts/providers.md#inferencestate-request).
     request["temperature"] = float(temperature) if caps.supports_temperature else 0.0
     max_tokens = _int_field(raw.get("max_tokens"), "max_tokens")
     if max_tokens is None:

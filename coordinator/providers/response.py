@@ -1,4 +1,5 @@
-"""Reading what a provider script returns: responses, stream chunks, usage, finish reasons (SPEC §3.7–§3.11).
+"""Reading what a provider script returns: responses, stream chunks, usage, finish reasons
+(docs/scripts/providers.md#inferencestate-request, docs/scripts/providers.md#streamstate-request-on_chunk).
 
 Everything here is lenient on purpose, like the reference: a field of the wrong type reads as its
 default instead of failing the call, because a script that forwards an API's reply verbatim should
@@ -49,7 +50,8 @@ _FINISH = {
 
 
 def to_plain(value: Any) -> Any:
-    """The JSON form of a script value (SPEC §2.5); a blob becomes a list of byte integers.
+    """The JSON form of a script value (docs/scripts/host-functions.md#values-between-json-and-rhai); a blob
+    becomes a list of byte integers.
 
     Any depth (no recursion): the reference has no nesting limit."""
     if (  # the usual answer, a flat map of text and numbers: two C-level passes over its types
@@ -90,13 +92,15 @@ def uint(value: Any) -> int:
 
 
 def finish_reason(value: Any) -> str:
-    """Case-sensitive mapping of SPEC §3.9; note ``"stop"`` is Complete, not Stop."""
+    """Case-sensitive mapping of docs/scripts/providers.md#inferencestate-request; note ``"stop"`` is
+    Complete, not Stop."""
     return _FINISH.get(value, "Complete") if isinstance(value, str) else "Complete"
 
 
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
-    """Normalised usage: ``prompt_tokens`` is the fresh part, cache counts subtracted (SPEC §3.8)."""
+    """Normalised usage: ``prompt_tokens`` is the fresh part, cache counts subtracted
+    (docs/scripts/providers.md#inferencestate-request)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -181,7 +185,7 @@ class Response:
     parts: list[Part] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """The success object of ``rhaipool infer --json`` (SPEC §4)."""
+        """The success object of ``rhaipool infer --json`` (docs/reference/json.md)."""
         return {
             "content": self.content,
             "tool_calls": [t.to_dict() for t in self.tool_calls],
@@ -258,7 +262,9 @@ def _delta(item: Any) -> ToolCallDelta:
         return v if isinstance(v, str) else None
 
     return ToolCallDelta(
-        index=uint(index),  # a u64 field: negative or float reads as the default 0 (SPEC §2.5)
+        # a u64 field: negative or float reads as the default 0
+        # (docs/scripts/host-functions.md#values-between-json-and-rhai)
+        index=uint(index),
         id=opt("id"),
         name=opt("name"),
         arguments_delta=_str_or_empty(item.get("arguments_delta")),
@@ -267,7 +273,8 @@ def _delta(item: Any) -> ToolCallDelta:
 
 
 def parse_chunk(value: Any, mime_rows: list[MimeRow] | None = None) -> StreamChunk:
-    """Read a value passed to ``on_chunk.call``; only a value with no JSON form is an error (SPEC §3.11)."""
+    """Read a value passed to ``on_chunk.call``; only a value with no JSON form is an error
+    (docs/scripts/providers.md#streamstate-request-on_chunk)."""
     try:
         plain = to_plain(value)
     except Unconvertible as exc:
@@ -313,8 +320,9 @@ def _float_text(value: float) -> str:
 
 
 def to_json_text(value: Any) -> str:
-    """Compact JSON of a plain value exactly as serde_json writes it (SPEC §2.5): sorted keys, raw UTF-8,
-    floats in ryu's spelling; Python's ``json.dumps`` differs on exponents (``1e-07``, ``1e+21``).
+    """Compact JSON of a plain value exactly as serde_json writes it
+    (docs/scripts/host-functions.md#values-between-json-and-rhai): sorted keys, raw UTF-8, floats in ryu's
+    spelling; Python's ``json.dumps`` differs on exponents (``1e-07``, ``1e+21``).
 
     Written by the binding (``rhai.to_json``, the one serde_json-identical writer, any depth); only
     integers beyond i64 (host JSON in u64 range, which Rhai cannot hold) take the Python path."""
@@ -342,7 +350,8 @@ def _python_json_text(value: Any) -> str:
 
 
 def collapse(response: Response) -> StreamChunk:
-    """The single chunk a provider without ``stream`` emits (SPEC §3.11)."""
+    """The single chunk a provider without ``stream`` emits
+    (docs/scripts/providers.md#streamstate-request-on_chunk)."""
     deltas = [
         ToolCallDelta(
             index=i,

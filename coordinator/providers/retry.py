@@ -1,4 +1,5 @@
-"""The retry loop around ``inference`` attempts: which errors retry, how long to wait (SPEC §3.17).
+"""The retry loop around ``inference`` attempts: which errors retry, how long to wait
+(docs/scripts/errors.md#retries).
 
 Retrying is safe only because the coordinator performs all egress and re-runs the script from
 scratch; a script must tolerate repeated ``inference`` calls, as the reference requires.

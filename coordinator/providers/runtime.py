@@ -13,7 +13,8 @@ caller ──▶ ProviderRuntime.inference(name, request, tenant=...)
 Every entry point is bounded by the wall-clock cap ``call_timeout_secs`` (``wallclock.py``), and
 takes ``tenant=`` (``DEFAULT_TENANT`` for single-user library use): each script call
 it makes -- ``initialize`` included -- is that tenant's pool call, so the fair queue, the tenant's
-caps and strikes apply, and log lines name it. Rate limits stay global per provider (SPEC §3.18).
+caps and strikes apply, and log lines name it. Rate limits stay global per provider
+(docs/scripts/errors.md#rate-limits).
 
 Past 400 lines: each entry point (inference, stream, count_tokens, list_models) with its retries,
 limits and wall-clock cap, sharing one attempt path.
@@ -209,8 +210,8 @@ class ProviderRuntime:
         return caps
 
     def request_for(self, provider: LoadedProvider, raw: Any) -> dict[str, Any]:
-        """Fill a caller's partial request with the defaults of SPEC §3.6 (InvalidProviderRequest if
-        malformed)."""
+        """Fill a caller's partial request with the defaults of
+        docs/scripts/providers.md#inferencestate-request (InvalidProviderRequest if malformed)."""
         model = raw.get("model") if isinstance(raw, dict) else None
         caps = self.capabilities(provider, model or provider.metadata.default_model or "")
         return build_request(raw, caps, provider.metadata.default_model)
@@ -259,7 +260,8 @@ class ProviderRuntime:
     async def guard(
         self, provider: LoadedProvider, request: dict[str, Any], *, tenant: str | None = None
     ) -> None:
-        """Refuse a request that cannot fit the model's window, counting only when it is close (§3.12)."""
+        """Refuse a request that cannot fit the model's window, counting only when it is close
+        (docs/scripts/providers.md#count_tokensstate-text-model)."""
         model, reply = request["model"], uint(request.get("max_tokens"))
         window = self.capabilities(provider, model).max_context_tokens
         text = prompt_text(request)
@@ -280,7 +282,8 @@ class ProviderRuntime:
     # -- inference ------------------------------------------------------------------------------
 
     def _timeouts(self, request: dict[str, Any]) -> tuple[float, float]:
-        """(per-request HTTP timeout, whole-job bound) of SPEC §3.15/§3.17.
+        """(per-request HTTP timeout, whole-job bound) of docs/scripts/host-functions.md#transport,
+        docs/scripts/errors.md#retries.
 
         Each HTTP request gets the stage's ``request_timeout_secs``, else the global one; the job is
         bounded by the stage's value, else 900 s -- never by the global value, which times requests only.
@@ -368,7 +371,8 @@ class ProviderRuntime:
     async def stream(
         self, name: str, raw_request: Any, *, tenant: str = DEFAULT_TENANT
     ) -> AsyncIterator[StreamChunk | ProviderError]:
-        """Chunks as they are produced; a failure ends the stream with one error item (SPEC §3.11)."""
+        """Chunks as they are produced; a failure ends the stream with one error item
+        (docs/scripts/providers.md#streamstate-request-on_chunk)."""
         provider = await self.get(name, tenant=tenant)
         request = self.request_for(provider, raw_request)
         await self.guard(provider, request, tenant=tenant)

@@ -74,7 +74,8 @@ class ProviderValidation:
             return f"error: {self.error}"
         present = set(self.functions)
         counting = "defines count_tokens" if ("count_tokens", 3) in present else "no count_tokens (heuristic)"
-        # by name *and* arity: a wrong-arity optional function is absent to the runtime (SPEC §3.4 step 6)
+        # by name *and* arity: a wrong-arity optional function is absent to the runtime
+        # (docs/scripts/providers.md#the-functions)
         optional = [fn for fn in ("stream", "count_tokens", "list_models") if (fn, OPTIONAL[fn]) in present]
         return (
             f"ok: {path} is a valid provider script (optional: {', '.join(optional) or 'none'}; {counting})"

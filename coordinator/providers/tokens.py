@@ -1,10 +1,10 @@
 """Token counts the coordinator computes itself: the fallback when a script has no usable ``count_tokens``.
 
-By model id prefix (SPEC §3.12): ``gpt-``/``o3-``/``o4-`` → tiktoken with the model's BPE, else
-cl100k_base (the ``tiktoken-rs`` crate inside our binding, the reference's own tokenizer: its model
-table decides the BPE, and its ranks are embedded, so this works offline); ``claude-`` →
-ceil(bytes/3.5) in f32; ``gemini-`` and anything else → ceil(bytes/4). The arithmetic and the tiktoken
-counter are ``proto.tokens``, the same the worker's ``count_tokens_heuristic`` runs; this module only
+By model id prefix (docs/scripts/providers.md#count_tokensstate-text-model): ``gpt-``/``o3-``/``o4-`` →
+tiktoken with the model's BPE, else cl100k_base (the ``tiktoken-rs`` crate inside our binding, the reference's
+own tokenizer: its model table decides the BPE, and its ranks are embedded, so this works offline);
+``claude-`` → ceil(bytes/3.5) in f32; ``gemini-`` and anything else → ceil(bytes/4). The arithmetic and the
+tiktoken counter are ``proto.tokens``, the same the worker's ``count_tokens_heuristic`` runs; this module only
 maps a model id to a family.
 """
 

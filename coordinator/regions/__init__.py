@@ -9,10 +9,11 @@ A host loads a region script once, then writes, renders and evicts::
 
 Modules, one job each: ``errors`` (every exception of the package), ``model`` (entries, blocks,
 messages), ``tokens`` (estimates),
-``render`` (§1.6 grammar, §1.7 fallback), ``writes`` (§1.8), ``eviction`` (§1.9 indices),
-``assembly`` (§1.6.1), ``hooks`` (runner seam and ctx shapes), ``runtime`` (``Region``),
-``window`` (whole-window eviction and assembly), ``loading`` (§1.2 and the pool runner),
-``resident`` (entries kept in the worker: hooks ship only what changed), ``scenario``
+``render`` (docs/scripts/regions.md#renderctx grammar, docs/scripts/regions.md#renderctx fallback), ``writes``
+(docs/scripts/regions.md#on_writectx), ``eviction`` (docs/scripts/regions.md#on_overflowctx indices),
+``assembly`` (docs/scripts/regions.md#renderctx), ``hooks`` (runner seam and ctx shapes), ``runtime``
+(``Region``), ``window`` (whole-window eviction and assembly), ``loading`` (docs/scripts/regions.md#loading
+and the pool runner), ``resident`` (entries kept in the worker: hooks ship only what changed), ``scenario``
 (``rhaipool test``), ``cli`` (click commands).
 """
 

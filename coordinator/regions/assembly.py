@@ -1,4 +1,4 @@
-"""Window assembly after every region rendered (SPEC §1.6.1).
+"""Window assembly after every region rendered (docs/scripts/regions.md#renderctx).
 
 Custom-region messages form a preamble in front of the conversation; system
 blocks are sorted for caching; unpaired tool blocks are stripped so a buggy
@@ -144,7 +144,7 @@ def assemble(
     hint_blocks: Sequence[SystemBlock] = (),
     previous_system_hash: str | None = None,
 ) -> AssembledRequest:
-    """Run steps 1-8 of §1.6.1 over region outputs given in declaration order.
+    """Run steps 1-8 of docs/scripts/regions.md#renderctx over region outputs given in declaration order.
 
     ``hint_blocks`` (the runtime's own instruction blocks) go first, unsorted.
     A message cache breakpoint is placed only when the system prefix equals

@@ -28,7 +28,7 @@ class RegionError(RhaipoolError):
 
 
 class RegionLoadError(RegionError):
-    """A hard load-time error: nothing runs, no tokens are spent (§1.2 step 5)."""
+    """A hard load-time error: nothing runs, no tokens are spent (docs/scripts/regions.md#loading)."""
 
 
 class RegionWriteError(RegionError):
@@ -65,4 +65,5 @@ class PinnedOverBudget(RegionError):
 
 
 class InvalidShape(RegionError, ValueError):
-    """The render value breaks the §1.6 grammar; ``str(exc)`` says where (still a ``ValueError``)."""
+    """The render value breaks the docs/scripts/regions.md#renderctx grammar; ``str(exc)`` says where (still a
+    ``ValueError``)."""

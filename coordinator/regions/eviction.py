@@ -1,4 +1,4 @@
-"""Index validation and removal for ``on_overflow`` answers (SPEC §1.9).
+"""Index validation and removal for ``on_overflow`` answers (docs/scripts/regions.md#on_overflowctx).
 
 Shared by the write-time path (A) and window-level eviction (B).  An answer is
 all-or-nothing: any one bad index voids it, so a buggy script frees nothing

@@ -1,10 +1,11 @@
-"""The seam between the region runtime and whatever runs a hook (SPEC §1.4, §1.5).
+"""The seam between the region runtime and whatever runs a hook (docs/scripts/regions.md#how-a-hook-is-called,
+docs/scripts/regions.md#renderctx).
 
 The runtime never calls the pool directly: it asks a ``HookRunner`` for an
 outcome and builds the exact ``ctx`` shapes the reference hands its hooks.
 Every failure a runner can meet -- a throw, a limit, a deadline, a lost
 worker -- arrives as a ``HookOutcome`` with ``ok=False``: the runtime treats
-them all like a hook that threw (SPEC §0).
+them all like a hook that threw (docs/scripts/regions.md#how-a-hook-is-called).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class HookRunner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RenderMeta:
-    """Live-run facts a render sees (§1.5); the defaults are a plain ``assemble()``."""
+    """Live-run facts a render sees (docs/scripts/regions.md#renderctx); the defaults are a plain
+    ``assemble()``."""
 
     stage_name: str = ""
     stage_iterations: int = 0
@@ -109,7 +111,7 @@ class RegionState:
 
 
 def entry_ctx(entry: Entry) -> dict[str, Any]:
-    """One entry as hooks see it (§1.5), ready for Rhai."""
+    """One entry as hooks see it (docs/scripts/regions.md#renderctx), ready for Rhai."""
     ctx: dict[str, Any] = to_rhai_json(entry.to_ctx())
     return ctx
 

@@ -1,4 +1,4 @@
-"""Load-time resolution of region scripts (SPEC §1.2) and the pool-backed hook runner.
+"""Load-time resolution of region scripts (docs/scripts/regions.md#loading) and the pool-backed hook runner.
 
 Every load-time problem -- a path outside the blueprint directory, an
 unreadable file, a compile error, a missing ``render`` or a hook with the
@@ -62,7 +62,7 @@ class RegionPool(Protocol):
 
 
 def check_hook_arities(functions: Iterable[tuple[str, int]]) -> str | None:
-    """The §1.2 validation message for a script's public functions, or ``None``.
+    """The docs/scripts/regions.md#loading validation message for a script's public functions, or ``None``.
 
     ``render`` is required; ``render``, ``on_write`` and ``on_overflow`` must take
     one parameter.  Rhai overloads by arity: when a one-parameter overload exists

@@ -1,4 +1,4 @@
-"""Plain values of the region contract: entries, blocks, messages (SPEC §1.5, §1.6).
+"""Plain values of the region contract: entries, blocks, messages (docs/scripts/regions.md#renderctx).
 
 These are the host's view of a custom region.  They carry no behaviour beyond
 converting themselves to the exact JSON shapes a hook's ``ctx`` and a provider's
@@ -37,7 +37,8 @@ EntryKind = Literal["text", "user_message", "assistant_turn", "tool_result"]
 Volatility = Literal["stable", "grows", "rewritten"]
 CacheHint = str | dict[str, Any]
 """``"Always"``, ``"UntilChanged"``, ``"RecentlyChanged"``, ``"Never"`` or
-``{"SlidingPrefix": {"stable_fraction": f}}`` -- the serialized forms of §3.6."""
+``{"SlidingPrefix": {"stable_fraction": f}}`` -- the serialized forms of
+docs/scripts/providers.md#inferencestate-request."""
 
 ENTRY_KINDS: Final = ("text", "user_message", "assistant_turn", "tool_result")
 VOLATILITIES: Final = ("stable", "grows", "rewritten")
@@ -49,7 +50,7 @@ _I64_MAX: Final = 2**63 - 1
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One tool call of an ``assistant_turn`` entry (§1.5)."""
+    """One tool call of an ``assistant_turn`` entry (docs/scripts/regions.md#renderctx)."""
 
     id: str
     name: str
@@ -65,7 +66,7 @@ class ToolCall:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ToolCall:
-        """Build from the §1.5 shape (as written in a scenario file)."""
+        """Build from the docs/scripts/regions.md#renderctx shape (as written in a scenario file)."""
         signature = raw.get("thought_signature")
         return cls(
             id=str(raw["id"]),
@@ -77,7 +78,8 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One stored entry of a region; ``tokens`` is what the writer supplied (§1.10)."""
+    """One stored entry of a region; ``tokens`` is what the writer supplied
+    (docs/scripts/regions.md#budgets-and-token-estimates)."""
 
     content: str
     tokens: int
@@ -97,7 +99,7 @@ class Entry:
             raise ValueError(f"entry tokens must be a non-negative integer, got {self.tokens!r}")
 
     def to_ctx(self, *, with_timestamp: bool = True) -> dict[str, Any]:
-        """The §1.5 entry object handed to ``render`` and ``on_overflow``."""
+        """The docs/scripts/regions.md#renderctx entry object handed to ``render`` and ``on_overflow``."""
         out: dict[str, Any] = {
             "content": self.content,
             "tokens": self.tokens,
@@ -117,7 +119,7 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class SystemBlock:
-    """One system block as a provider receives it (§3.6)."""
+    """One system block as a provider receives it (docs/scripts/providers.md#inferencestate-request)."""
 
     text: str
     cache_hint: CacheHint
@@ -136,7 +138,8 @@ class SystemBlock:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A conversation message: plain text, or a list of wire-shaped blocks (§1.6)."""
+    """A conversation message: plain text, or a list of wire-shaped blocks
+    (docs/scripts/regions.md#renderctx)."""
 
     role: Literal["user", "assistant"]
     content: str | tuple[dict[str, Any], ...]
@@ -157,7 +160,8 @@ class Message:
 
 
 def to_rhai_json(value: Any) -> Any:
-    """Prepare host JSON for Rhai (§2.5): integers outside i64 become floats.
+    """Prepare host JSON for Rhai (docs/scripts/host-functions.md#values-between-json-and-rhai): integers
+    outside i64 become floats.
 
     A host may hand us arbitrary JSON in tool-call arguments; Rhai has no big
     integers, and the reference turns u64-range values into (lossy) floats.
@@ -175,7 +179,8 @@ def _rhai_json_leaf(value: Any) -> Any:
 
 
 def plain_json(value: Any) -> Any:
-    """Convert a hook's return value to JSON the way the reference does (§2.5).
+    """Convert a hook's return value to JSON the way the reference does
+    (docs/scripts/host-functions.md#values-between-json-and-rhai).
 
     Returns the JSON value; raises ``TypeError`` for a value with no JSON form
     (a blob, a function pointer, a timestamp, a custom type).  Non-finite floats

@@ -1,4 +1,5 @@
-"""Interpreting what ``render`` returned (SPEC §1.6) and the fallback block (§1.7).
+"""Interpreting what ``render`` returned (docs/scripts/regions.md#renderctx) and the fallback block
+(docs/scripts/regions.md#renderctx).
 
 The grammar is strict and all-or-nothing: one malformed message discards the
 whole output and the region falls back to its entries, exactly as the
@@ -33,7 +34,7 @@ class RenderOutput:
 
 
 def fallback_text(name: str, entries: Sequence[Entry]) -> str:
-    """``"[name]:\\n" + entries joined by a blank line`` (§1.7)."""
+    """``"[name]:\\n" + entries joined by a blank line`` (docs/scripts/regions.md#renderctx)."""
     return f"[{name}]:\n" + "\n\n".join(entry.content for entry in entries)
 
 

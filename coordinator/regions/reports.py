@@ -1,4 +1,4 @@
-"""What each region operation reports back to the host (SPEC §4.1 shapes).
+"""What each region operation reports back to the host (docs/scripts/scenarios.md#the-file shapes).
 
 A write, render or eviction never raises for anything a script did; it returns
 one of these reports, with warnings that name the region, the script, its
@@ -72,7 +72,7 @@ class WriteReport:
             raise RegionWriteError(self.error)
 
     def to_json(self) -> dict[str, Any]:
-        """The §4.1 step shape."""
+        """The docs/scripts/scenarios.md#the-file step shape."""
         stored = self.entry if self.outcome != "dropped" else None
         return {
             "op": self.op,
@@ -108,7 +108,7 @@ class RenderReport:
         return RegionOutput(self.output.system, self.output.messages, preamble=True)
 
     def to_json(self) -> dict[str, Any]:
-        """The §4.1 step shape."""
+        """The docs/scripts/scenarios.md#the-file step shape."""
         return {
             "op": "render",
             "system": [block.to_json() for block in self.output.system],
@@ -127,7 +127,7 @@ class EvictReport:
     warnings: tuple[RegionWarning, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The §4.1 step shape."""
+        """The docs/scripts/scenarios.md#the-file step shape."""
         return {
             "op": "evict",
             "freed": self.freed,

@@ -1,4 +1,5 @@
-"""One custom region: its entries, and the contract around its three hooks (SPEC §1.3-§1.9).
+"""One custom region: its entries, and the contract around its three hooks
+(docs/scripts/regions.md#persistent-regions, docs/scripts/regions.md#on_overflowctx).
 
 ``Region`` is what a host holds.  Every hook goes through a ``HookRunner`` (in
 production, the sandboxed pool); whatever a hook does -- throw, loop, blow a
@@ -112,7 +113,7 @@ class Region:
         """Remove every entry; returns the tokens freed.
 
         ``edge=True`` is a stage-transition ``clear``/``compact`` transform, which a
-        persistent region is immune to (§1.3): it then does nothing.
+        persistent region is immune to (docs/scripts/regions.md#persistent-regions): it then does nothing.
         """
         if edge and self.persistent:
             return 0
@@ -120,7 +121,7 @@ class Region:
         self._entries.clear()
         return freed
 
-    # -- writes (§1.8, §1.9 A) -------------------------------------------
+    # -- writes (docs/scripts/regions.md#on_writectx, docs/scripts/regions.md#on_overflowctx) ----------------
 
     async def write(
         self,
@@ -239,7 +240,7 @@ class Region:
         )
         return WriteReport("write", "error", entry, dropped, str(refusal), kind, tuple(warnings))
 
-    # -- on_overflow and eviction (§1.9) ----------------------------------
+    # -- on_overflow and eviction (docs/scripts/regions.md#on_overflowctx) ----------------------------------
 
     async def _overflow(self, needed: int, warnings: list[RegionWarning]) -> Removal:
         """Ask ``on_overflow`` what to drop and apply a valid answer; never raises."""
@@ -302,7 +303,7 @@ class Region:
                 freed += sum(entry.tokens for entry in group)
         return EvictReport(freed, tuple(dropped), first.warnings)
 
-    # -- render (§1.6, §1.7) ------------------------------------------------
+    # -- render (docs/scripts/regions.md#renderctx) ------------------------------------------------
 
     async def render(self, meta: RenderMeta | None = None) -> RenderReport:
         """Run ``render`` and interpret it; any failure yields the fallback block.

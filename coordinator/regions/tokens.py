@@ -1,4 +1,5 @@
-"""Token estimates of the reference runtime (SPEC §1.10, §1.6 budget check).
+"""Token estimates of the reference runtime (docs/scripts/regions.md#budgets-and-token-estimates,
+docs/scripts/regions.md#renderctx budget check).
 
 The reference never tokenizes for regions: it uses ``ceil(utf8_bytes / 4)``.
 Using the same estimate is what makes budgets, ``on_write`` re-estimates and
@@ -25,9 +26,10 @@ arithmetic as the worker's ``count_tokens`` helper)."""
 
 
 def compact_json(value: Any) -> str:
-    """serde_json's compact form with sorted keys and raw non-ASCII (§2.5), byte for byte: written by
-    the binding (``rhai.to_json``: ``1e-7`` where ``json.dumps`` writes ``1e-07``, any depth).  Only
-    integers beyond i64, which Rhai cannot hold, take ``json.dumps``."""
+    """serde_json's compact form with sorted keys and raw non-ASCII
+    (docs/scripts/host-functions.md#values-between-json-and-rhai), byte for byte: written by the binding
+    (``rhai.to_json``: ``1e-7`` where ``json.dumps`` writes ``1e-07``, any depth).  Only integers beyond i64,
+    which Rhai cannot hold, take ``json.dumps``."""
     try:
         return rhai.to_json(value)
     except OverflowError:
@@ -46,7 +48,7 @@ def _block_cost(block: dict[str, Any]) -> int:
 
 
 def render_cost(system: Iterable[SystemBlock], messages: Iterable[Message]) -> int:
-    """The post-render budget figure of §1.6.
+    """The post-render budget figure of docs/scripts/regions.md#renderctx.
 
     Sum of per-item estimates over block texts, plain message texts, tool-use
     inputs serialized as JSON and tool-result contents.

@@ -1,4 +1,5 @@
-"""A whole context window: custom regions among built-in ones (SPEC §1.6.1, §1.9 B).
+"""A whole context window: custom regions among built-in ones (docs/scripts/regions.md#renderctx,
+docs/scripts/regions.md#on_overflowctx).
 
 Hosts that keep their own window can use ``assemble`` and the ``Region``
 methods directly; this class is the reference's window in miniature, so that
@@ -143,7 +144,7 @@ class Window:
     async def assemble(
         self, *, stage_name: str = "", stage_iterations: int = 0, model: str = ""
     ) -> tuple[AssembledRequest, list[RenderReport]]:
-        """Render every shown region and assemble the request (§1.6.1).
+        """Render every shown region and assemble the request (docs/scripts/regions.md#renderctx).
 
         Returns the request and the custom regions' render reports (warnings,
         fallbacks).  Hidden regions are skipped entirely.
@@ -174,7 +175,7 @@ class Window:
         return self.free() >= target_free
 
     async def try_evict(self, target_free: int) -> WindowEviction:
-        """Free room until ``max - current >= target_free`` (§1.9 path B).
+        """Free room until ``max - current >= target_free`` (docs/scripts/regions.md#on_overflowctx).
 
         Raises ``PinnedOverBudget`` when the never-evicted regions alone exceed
         the window and the goal could not be met.  A window that already has

@@ -1,7 +1,8 @@
-"""What an ``on_write`` answer means (SPEC §1.8) and the write-time budget rule (§1.9 A).
+"""What an ``on_write`` answer means (docs/scripts/regions.md#on_writectx) and the write-time budget rule
+(docs/scripts/regions.md#on_overflowctx).
 
 Pure decisions only; the runtime performs them.  The decision type has room
-for a reject reason (§1.12) so the later upstream semantics can be added
+for a reject reason so the reference's later upstream semantics can be added
 without changing the shape of a write report.
 """
 
@@ -30,7 +31,7 @@ class WriteDecision:
 
     ``warning`` is set when the hook answered with something the contract does
     not define (it is then accepted unchanged).  ``reason`` is reserved for a
-    future reject-with-reason answer (§1.12) and is always ``None`` today.
+    future reject-with-reason answer (upstream's) and is always ``None`` today.
     """
 
     action: WriteAction

@@ -168,7 +168,8 @@ API: Final[tuple[Endpoint, ...]] = (
         (204, None, "closed"), (401, 404, 507),
     ),
     Endpoint(
-        "POST", "/api/regions/{region}/write", "Write one entry (SPEC §1.5 shape)", _T, WriteEntry,
+        "POST", "/api/regions/{region}/write", "Write one entry (docs/scripts/regions.md#renderctx)", _T,
+        WriteEntry,
         (200, WriteReport, "the write report"), _REGION_CHANGE,
     ),
     Endpoint(

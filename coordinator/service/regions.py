@@ -41,7 +41,8 @@ def entry_to_json(entry: Entry) -> dict[str, Any]:
 
 
 def entry_from_json(body: Mapping[str, Any], *, timestamp: int = 0) -> Entry:
-    """An ``Entry`` from the §1.5 JSON shape (what a write request and the database carry).
+    """An ``Entry`` from the docs/scripts/regions.md#renderctx JSON shape (what a write request and the
+    database carry).
 
     Raises ``ValueError``/``TypeError``/``KeyError`` on a malformed shape; callers turn those into a 400.
     """

@@ -78,7 +78,8 @@ async def delete_region(request: Request) -> Response:
 
 
 async def write(request: Request) -> Response:
-    """One entry in the §1.5 shape through ``on_write`` and the budget path; the write report."""
+    """One entry in the docs/scripts/regions.md#renderctx shape through ``on_write`` and the budget path; the
+    write report."""
     _, slot = _slot(request)
     entry = entry_from_json(await parse_body(request, WriteEntry))
     report = await service_of(request).regions.change(slot, lambda r: r.write_entry(entry))
@@ -111,7 +112,8 @@ async def render(request: Request) -> Response:
 
 
 async def evict(request: Request) -> Response:
-    """``{"needed_tokens"}`` → what window-level eviction freed from this region (§1.9 path B)."""
+    """``{"needed_tokens"}`` → what window-level eviction freed from this region
+    (docs/scripts/regions.md#on_overflowctx)."""
     _, slot = _slot(request)
     needed = (await parse_body(request, Evict)).needed_tokens
     report = await service_of(request).regions.change(slot, lambda r: r.evict(needed))

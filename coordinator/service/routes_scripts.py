@@ -1,4 +1,5 @@
-"""The scripts API, shaped like the reference's ``lev serve`` (SPEC §4, §5.L), scoped to the token's tenant.
+"""The scripts API, shaped like the reference's ``lev serve`` (docs/reference/json.md), scoped to the token's
+tenant.
 
 ``GET /api/scripts``, ``GET|PUT|DELETE /api/scripts/{kind}/{name}``, ``POST /api/scripts/validate``.
 Kinds are ``provider`` and ``region_hook``; names follow the service's one rule (names.py: the reference's

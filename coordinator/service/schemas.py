@@ -147,7 +147,7 @@ class RegionCreate(_Body):
 
 @with_config(_BODY)
 class ToolCallBody(TypedDict, total=False):
-    """One tool call of an ``assistant_turn`` entry (SPEC §1.5)."""
+    """One tool call of an ``assistant_turn`` entry (docs/scripts/regions.md#renderctx)."""
 
     id: Required[str]
     name: Required[str]
@@ -157,8 +157,8 @@ class ToolCallBody(TypedDict, total=False):
 
 @with_config(_BODY)
 class WriteEntry(TypedDict, total=False):
-    """``POST /api/regions/{region}/write``: one entry in the SPEC §1.5 shape (``tokens`` defaults to an
-    estimate; ``timestamp`` is set on insertion)."""
+    """``POST /api/regions/{region}/write``: one entry in the docs/scripts/regions.md#renderctx shape
+    (``tokens`` defaults to an estimate; ``timestamp`` is set on insertion)."""
 
     content: Required[str]
     tokens: Count | None
@@ -197,7 +197,8 @@ class Render(_Body):
 
 
 class Evict(_Body):
-    """``POST /api/regions/{region}/evict``: window-level eviction (SPEC §1.9 path B)."""
+    """``POST /api/regions/{region}/evict``: window-level eviction
+    (docs/scripts/regions.md#on_overflowctx)."""
 
     needed_tokens: Count
 
@@ -227,7 +228,8 @@ class SlidingPrefix(TypedDict):
 
 @with_config(_BODY)
 class SystemBlockBody(TypedDict, total=False):
-    """A system block (SPEC §3.6); a plain string is a block with defaults."""
+    """A system block (docs/scripts/providers.md#inferencestate-request); a plain string is a block with
+    defaults."""
 
     text: Required[str]
     cache_hint: CacheHintName | SlidingPrefix
@@ -277,9 +279,9 @@ class ToolBody(TypedDict, total=False):
 
 @with_config(_BODY)
 class InferenceRequest(TypedDict, total=False):
-    """``POST /api/providers/{name}/inference`` and ``/stream``: a partial SPEC §3.6 request; the
-    runtime fills the rest (``model`` from the script's ``@default_model``, ``temperature`` 0.7,
-    ``max_tokens`` from the window)."""
+    """``POST /api/providers/{name}/inference`` and ``/stream``: a partial
+    docs/scripts/providers.md#inferencestate-request request; the runtime fills the rest (``model`` from the
+    script's ``@default_model``, ``temperature`` 0.7, ``max_tokens`` from the window)."""
 
     system: list[str | SystemBlockBody] | None
     messages: list[MessageBody]

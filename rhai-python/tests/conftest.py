@@ -1,4 +1,4 @@
-"""Shared fixtures: engines configured like the worker's (SPEC §2.1 budgets)."""
+"""Shared fixtures: engines configured like the worker's (docs/scripts/errors.md#limits budgets)."""
 
 from __future__ import annotations
 

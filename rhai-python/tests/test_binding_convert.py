@@ -1,4 +1,5 @@
-"""Values between Python and Rhai (SPEC §2.5 and the binding's own rules)."""
+"""Values between Python and Rhai (docs/scripts/host-functions.md#values-between-json-and-rhai and the
+binding's own rules)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ BEYOND_I64 = [2**63, -(2**63) - 1, 2**64 - 1, 2**64, 10**30, -(10**30), 2**1023]
 
 @pytest.mark.parametrize("value", BEYOND_I64)
 def test_ints_beyond_i64_become_the_nearest_float(value: int) -> None:
-    """SPEC §2.5: the reference reads a number beyond i64 as a (lossy) FLOAT, both signs."""
+    """docs/scripts/host-functions.md#values-between-json-and-rhai: the reference reads a number beyond i64 as
+    a (lossy) FLOAT, both signs."""
     out = echo({"amount": value})
     assert out == {"amount": float(value)}
     assert type(out["amount"]) is float  # type: ignore[index]

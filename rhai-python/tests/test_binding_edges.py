@@ -1,4 +1,5 @@
-"""Audit of the binding against its acceptance points, stubs and SPEC §2.5: edge cases."""
+"""Audit of the binding against its acceptance points, stubs and
+docs/scripts/host-functions.md#values-between-json-and-rhai: edge cases."""
 
 from __future__ import annotations
 

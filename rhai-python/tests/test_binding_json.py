@@ -1,4 +1,5 @@
-"""`to_json` / `parse_json`, for Python and for scripts (SPEC §2.5, design note §7)."""
+"""`to_json` / `parse_json`, for Python and for scripts
+(docs/scripts/host-functions.md#values-between-json-and-rhai, design note §7)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_to_json_matches_python_dumps_except_exponents() -> None:
     ],
 )
 def test_floats_are_spelled_as_the_reference_spells_them(value: float, text: str) -> None:
-    """SPEC §2.5: ryu's spelling (``1e21``, ``1e-7``), where Python writes ``1e+21`` and ``1e-07``."""
+    """docs/scripts/host-functions.md#values-between-json-and-rhai: ryu's spelling (``1e21``, ``1e-7``), where
+    Python writes ``1e+21`` and ``1e-07``."""
     assert rhai.to_json([value]) == f"[{text}]"
     assert rhai.parse_json(text) == value
 
@@ -59,7 +61,8 @@ def test_parse_json_any_top_level() -> None:
 
 
 def test_integers_beyond_i64_are_floats_both_ways() -> None:
-    """SPEC §2.5: read as the nearest float, either sign; a Python int beyond i64 writes as that float."""
+    """docs/scripts/host-functions.md#values-between-json-and-rhai: read as the nearest float, either sign; a
+    Python int beyond i64 writes as that float."""
     for value in (2**63, -(2**63) - 1, 10**30, -(10**30)):
         parsed = rhai.parse_json(str(value))
         assert type(parsed) is float and parsed == float(value), value

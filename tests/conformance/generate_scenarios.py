@@ -1,6 +1,7 @@
-"""Write the region oracle scenarios (every edge of SPEC §1) into ``scenarios/``: ``<name>.rhai`` and
-``<name>.scenario.json`` (§4.1 format).  The ``<name>.reference.json`` files beside them are the reference
-runtime's measured output; regenerate them with the oracle (``docs/differences.md``, "How to rerun")."""
+"""Write the region oracle scenarios (every edge of docs/scripts/regions.md) into ``scenarios/``:
+``<name>.rhai`` and ``<name>.scenario.json`` (docs/scripts/scenarios.md#the-file format).  The
+``<name>.reference.json`` files beside them are the reference runtime's measured output; regenerate them with
+the oracle (``docs/differences.md``, "How to rerun")."""
 
 import json
 import os
@@ -49,7 +50,7 @@ def S(name, script, steps, budget=1000, **region):
 RENDER = 'fn render(ctx) { "" }\n'
 KEPT = [W("kept"), R]
 
-# ---- §1.6 render return values --------------------------------------------------------------
+# ---- docs/scripts/regions.md#renderctx render return values ------------------------------------------------
 shapes = {
     "empty_string": '""',
     "string": '"hello"',
@@ -187,7 +188,7 @@ S(
 )
 S("render_budget_exact", "fn render(ctx) { \"abcd\".pad(40, 'e') }\n", [R], budget=10)
 
-# ---- §1.5 ctx shapes ---------------------------------------------------------------------------------
+# ---- docs/scripts/regions.md#renderctx ctx shapes ----------------------------------------------------------
 CTX_RENDER = r"""fn show(v) { `${type_of(v)}:${v}` }
 fn render(ctx) {
     let out = [];
@@ -282,7 +283,7 @@ S(
     budget=100,
 )
 
-# ---- §1.8 on_write ---------------------------------------------------------------------------------
+# ---- docs/scripts/regions.md#on_writectx on_write ----------------------------------------------------------
 ow = {
     "upper": "ctx.entry.content.to_upper()",
     "empty_string": '""',
@@ -347,7 +348,7 @@ S("replace_plain", RENDER, [W("a"), W("b"), P("c", 4), R, P("d")])
 S("replace_empty_region", RENDER, [P("c", 4)])
 S("replace_reject_region", RENDER, [W("a", 60), P("c", 70), P("d", 200)], budget=100, admission="reject")
 
-# ---- §1.9 on_overflow, path A (write time) -----------------------------------------------------
+# ---- docs/scripts/regions.md#on_overflowctx on_overflow, path A (write time) -------------------------------
 ovf = {
     "dedupe": "[2, 0, 2]",
     "empty": "[]",
@@ -427,7 +428,7 @@ S(
     [{"write": {"content": "abcde"}}, {"write": {"content": "日"}}, {"write": {"content": ""}}, R],
 )
 
-# ---- §1.9 path B (window eviction) -------------------------------------------------------------
+# ---- docs/scripts/regions.md#on_overflowctx (window eviction) ----------------------------------------------
 S(
     "evict_retention",
     RENDER
@@ -514,7 +515,7 @@ S(
     budget=100,
 )
 
-# ---- §2.2 region helper functions and the engine's built-ins ----------------------------------------
+# ---- docs/scripts/regions.md#helpers-a-hook-can-call region helper functions and the engine's built-ins ----
 helpers = {
     "types": 'let a = [region_pinned(), region_temporary(), region_clearable(), region_sliding_window(5), region_compacting(0.5), region_custom("r.rhai", true), region_custom("s", false), region_entry("c", 3)]; a.map(|m| { let k = m.keys(); k.sort(); k.map(|x| `${x}=${m[x]}`).join(",") }).join(" | ")',
     "format": '[content_format("markdown"), content_format("json"), content_format("mermaid"), content_format("text"), content_format("weird"), content_format("")].join(",")',
@@ -538,7 +539,7 @@ helpers = {
 for key, body in helpers.items():
     S(f"helpers_{key}", f"fn render(ctx) {{ {body} }}\n", [W("kept"), R])
 
-# ---- §1.2 load ---------------------------------------------------------------------------------
+# ---- docs/scripts/regions.md#loading load ------------------------------------------------------------------
 loads = {
     "syntax": "fn render(ctx) {",
     "no_render": "fn on_write(ctx) { true }",

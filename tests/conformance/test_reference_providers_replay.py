@@ -140,7 +140,8 @@ def test_an_integer_beyond_i64_in_a_request_reaches_the_script_as_the_reference_
     pooled: Pooled, server: tuple[Recorder, str, str]
 ) -> None:
     """``echo_usage_huge`` past its deliberate difference (the derived total) and the open exponent spelling:
-    the script gets the u64 as a FLOAT (SPEC §2.5), writes it back in the body, and reads it as no integer."""
+    the script gets the u64 as a FLOAT (docs/scripts/host-functions.md#values-between-json-and-rhai), writes
+    it back in the body, and reads it as no integer."""
     ours = rhaipool_side(pooled, server, CASES["echo_usage_huge"])
     reference = REFERENCE["echo_usage_huge"]
     assert [h["body"] for h in ours["http"]] == [

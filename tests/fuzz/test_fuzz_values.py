@@ -67,7 +67,8 @@ def same(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (bytearray, memoryview)):
         return bytes(a) == b
-    if type(a) is int and not -(2**63) <= a < 2**63:  # beyond INT: the nearest FLOAT (SPEC §2.5)
+    # beyond INT: the nearest FLOAT (docs/scripts/host-functions.md#values-between-json-and-rhai)
+    if type(a) is int and not -(2**63) <= a < 2**63:
         return type(b) is float and b == float(a)
     return bool(type(a) is type(b) and a == b)
 

@@ -147,7 +147,8 @@ def test_copy_nested_walks_any_depth_and_applies_leaf_and_key() -> None:
 
 @pytest.mark.parametrize("wide", [2**64, -(2**63) - 1, 10**30, -(10**30), 2**1023])
 def test_ints_beyond_64_bits_travel_as_the_nearest_float(wide: int) -> None:
-    """What msgpack cannot carry arrives as the float a script would read (SPEC §2.5), at any depth."""
+    """What msgpack cannot carry arrives as the float a script would read
+    (docs/scripts/host-functions.md#values-between-json-and-rhai), at any depth."""
     body = {"args": [1, (2**64 - 1, {"n": wide})], "flag": True}
     out = unpack(pack(body))
     assert out == {"args": [1, [2**64 - 1, {"n": float(wide)}]], "flag": True}

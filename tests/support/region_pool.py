@@ -44,7 +44,8 @@ class Pooled:
     def region(
         self, source: str, *, name: str = "brain", budget: int = 1000, timeout: float = 10.0, **options: Any
     ) -> Region:
-        """Load ``source`` through the pool (all §1.2 checks) and return an empty region."""
+        """Load ``source`` through the pool (all docs/scripts/regions.md#loading checks) and return an empty
+        region."""
         path = self.write_script(source)
         loader = RegionLoader(self.pool, timeout=timeout)
         return self.run(loader.region(name, str(path), budget=budget, **options))

@@ -1,4 +1,5 @@
-"""Audit of the worker's engines against SPEC §2: typed helper signatures, error shapes, budgets."""
+"""Audit of the worker's engines against docs/scripts/errors.md#limits: typed helper signatures, error shapes,
+budgets."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def caught(engines: Engines, kind: str, call: str) -> Any:
     return run(engines, kind, f"let r = (); try {{ {call} }} catch (e) {{ r = e }} r")
 
 
-# -- §2.2/§2.4: provider helpers are typed `&str` functions in the reference ------------------------------
+# -- docs/scripts/regions.md#helpers-a-hook-can-call, docs/scripts/errors.md#errors-a-script-can-catch:
+# provider helpers are typed `&str` functions in the reference
 
 
 @pytest.mark.parametrize(
@@ -50,7 +52,8 @@ def test_provider_helper_with_wrong_types_is_a_catchable_function_not_found(
     engines: Engines, call: str
 ) -> None:
     """The reference registers these with `&str` parameters: other types never reach them, and the
-    script can catch the "function not found" like any other runtime error (§2.4)."""
+    script can catch the "function not found" like any other runtime error
+    (docs/scripts/errors.md#errors-a-script-can-catch)."""
     with pytest.raises(ScriptFailure) as info:
         run(engines, "provider", call)
     assert (info.value.cls, info.value.kind) == ("ScriptError", "FunctionNotFound")
@@ -66,7 +69,8 @@ def test_provider_helpers_still_work_with_strings_and_as_methods(engines: Engine
     assert run(engines, "provider", "parse_sse(a0)", '{"a":1}') == {"a": 1}
 
 
-# -- §3.14 via §2.4: brokered host functions keep the reference's typed signatures ---------------------------
+# -- docs/scripts/host-functions.md via docs/scripts/errors.md#errors-a-script-can-catch: brokered host
+# functions keep the reference's typed signatures
 
 
 @pytest.mark.parametrize(
@@ -84,8 +88,9 @@ def test_provider_helpers_still_work_with_strings_and_as_methods(engines: Engine
 def test_host_function_with_wrong_types_is_function_not_found_in_the_worker(
     engines: Engines, call: str
 ) -> None:
-    """SPEC §3.14: "passing a map [as http_post's body] → function-not-found error". In the reference that is
-    Rhai's own error (caught as a map with ``message``), raised before any request is made."""
+    """docs/scripts/host-functions.md: "passing a map [as http_post's body] → function-not-found error". In
+    the reference that is Rhai's own error (caught as a map with ``message``), raised before any request is
+    made."""
     with pytest.raises(ScriptFailure) as info:
         run(engines, "provider", call)
     assert (info.value.cls, info.value.kind) == ("ScriptError", "FunctionNotFound")
@@ -158,13 +163,14 @@ def test_map_body_never_leaves_the_worker_and_is_caught_as_rhai_error() -> None:
     run_async(asyncio.wait_for(scenario(), 60))
 
 
-# -- §2.1: the reference sets no variable or function-count limits ------------------------------------------
+# -- docs/scripts/errors.md#limits: the reference sets no variable or function-count limits ------------------
 
 
 @pytest.mark.parametrize("kind", ["region", "provider"])
 def test_more_than_a_thousand_functions_compile(engines: Engines, kind: str) -> None:
-    """§2.1's table (plus §0's deadline/memory/CPU) is the whole list of limits; Rhai's function cap is not
-    in it, so a generated script with many functions must load as it does in the reference."""
+    """The table of docs/scripts/errors.md#limits (deadline, memory and CPU included) is the whole list of
+    limits; Rhai's function cap is not in it, so a generated script with many functions must load as it does
+    in the reference."""
     source = "\n".join(f"fn f{i}() {{ {i} }}" for i in range(1500)) + "\nfn t() { f1499() }"
     compiled = engines.compile(kind, source, "many.rhai")
     assert engines.run(compiled, "t", [], 5.0, None).value == 1499
@@ -177,7 +183,8 @@ def test_more_than_ten_thousand_variables_in_scope(engines: Engines, kind: str) 
     assert run(engines, kind, body) == 11_999
 
 
-# -- §3.14: the "openai" hint counts like the reference's `encode_with_special_tokens` ----------------------
+# -- docs/scripts/host-functions.md: the "openai" hint counts like the reference's
+# `encode_with_special_tokens`
 
 
 @pytest.mark.parametrize(
@@ -192,7 +199,8 @@ def test_openai_heuristic_counts_special_tokens_instead_of_failing(
     assert run(engines, "provider", 'count_tokens_heuristic(a0, "openai")', text) == tokens
 
 
-# -- §3.14 parse_sse: "trim" is Rust's `str::trim` (Unicode White_Space), not Python's `str.strip` -----------
+# -- docs/scripts/host-functions.md parse_sse: "trim" is Rust's `str::trim` (Unicode White_Space), not
+# Python's `str.strip`
 
 
 @pytest.mark.parametrize("chunk", ["\x1c5", "data:\x1f5", "5\x1e", "\x1ddata: 5"])

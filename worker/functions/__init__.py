@@ -4,7 +4,7 @@
 ``SIGNATURES`` gives typed parameter lists for helpers that must shadow Rhai's
 standard library the way the reference's typed registration does (``trim(s)``
 returns the trimmed string instead of trimming in place), and make a call with
-other argument types Rhai's catchable "function not found" (SPEC §2.4).
+other argument types Rhai's catchable "function not found" (docs/scripts/errors.md#errors-a-script-can-catch).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Pure helper functions of provider engines (SPEC §3.14), run inside the sandboxed worker.
+"""Pure helper functions of provider engines (docs/scripts/host-functions.md), run inside the sandboxed
+worker.
 
 ``parse_json`` and ``to_json`` come from the binding itself (``Engine(json_functions=True)``), so they
 are not repeated here. The brokered functions (``http_get``, ``http_post``, ``stream_request``,
@@ -75,7 +76,8 @@ def decode_base64(text: str) -> str:
 def count_tokens_heuristic(text: str, hint: str) -> int:
     """openai → cl100k; anthropic → ceil(bytes/3.5) in f32; gemini and anything else → ceil(bytes/4).
 
-    The arithmetic is ``proto.tokens``, shared with the coordinator's own fallback count (SPEC §3.12)."""
+    The arithmetic is ``proto.tokens``, shared with the coordinator's own fallback count
+    (docs/scripts/providers.md#count_tokensstate-text-model)."""
     return tokens.estimate(text, hint)
 
 
@@ -95,4 +97,5 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "parse_sse": ("string",),
 }
 """The reference registers every helper with ``&str`` parameters: other argument types are Rhai's own
-catchable "function not found" (SPEC §2.4), never a Python error inside the helper."""
+catchable "function not found" (docs/scripts/errors.md#errors-a-script-can-catch), never a Python error inside
+the helper."""

@@ -1,4 +1,5 @@
-"""The helper functions a region hook can call (SPEC §2.2), with the reference's exact semantics.
+"""The helper functions a region hook can call (docs/scripts/regions.md#helpers-a-hook-can-call), with the
+reference's exact semantics.
 
 The reference registers these as typed Rust functions: a call with the wrong
 argument types does not reach them ("function not found").  Python callables

@@ -1,5 +1,6 @@
-"""CLI cases outside SPEC's catalogue, derived from the prose of §4/§4.1: every failure is one clear line (or,
-with ``--json``, a JSON document) and a non-zero exit, never a traceback or a usage dump in place of JSON."""
+"""CLI cases outside SPEC's catalogue, derived from the prose of docs/reference/json.md,
+docs/scripts/scenarios.md#the-file: every failure is one clear line (or, with ``--json``, a JSON document) and
+a non-zero exit, never a traceback or a usage dump in place of JSON."""
 
 from __future__ import annotations
 
@@ -104,8 +105,8 @@ def test_test_rejects_a_timeout_that_is_not_a_positive_number(tmp_path: Path, ti
     [("is_error", "false"), ("is_error", 1), ("tool_call_id", 5), ("tool_name", None)],
 )
 def test_scenario_rejects_mistyped_tool_result_fields(tmp_path: Path, field: str, value: Any) -> None:
-    """§1.5: tool_call_id/tool_name are strings and is_error a bool; ``"is_error": "false"`` used to become
-    true silently (``bool("false")``)."""
+    """docs/scripts/regions.md#renderctx: tool_call_id/tool_name are strings and is_error a bool;
+    ``"is_error": "false"`` used to become true silently (``bool("false")``)."""
     write = {"content": "x", "kind": "tool_result", "tool_call_id": "c1", "tool_name": "sh", field: value}
     out = rhaipool("test", str(_scenario(tmp_path, [{"write": write}])), "--json")
     assert out.returncode == 2, out.stdout
@@ -160,7 +161,8 @@ def test_doctor_with_an_unreadable_config_reports_it(tmp_path: Path, content: st
 
 @pytest.mark.parametrize("content", [None, "providers_dir = [1\n", "model_providers = 5\n"])
 def test_models_list_bad_config_json_is_json(tmp_path: Path, content: str | None) -> None:
-    """With ``--json`` every failure is the ``{"error": {...}}`` document of §4, config errors included."""
+    """With ``--json`` every failure is the ``{"error": {...}}`` document of docs/reference/json.md, config
+    errors included."""
     config = tmp_path / "c.toml"
     if content is not None:
         config.write_text(content)
@@ -199,14 +201,16 @@ def test_infer_unreadable_request_is_an_invalid_request(providers: Path, tmp_pat
 
 
 def test_not_found_names_the_configured_script(providers: Path) -> None:
-    """§3.1: a ``script`` override is used verbatim; the error must point there, not at the providers dir."""
+    """docs/scripts/providers.md#where-it-lives-and-how-it-is-named: a ``script`` override is used verbatim;
+    the error must point there, not at the providers dir."""
     result = invoke(models_command, "list", "--provider", "abs", "--config", str(providers))
     assert result.exit_code != 0
     assert "no provider named 'abs'" in result.output and "/nonexistent/elsewhere/abs.rhai" in result.output
 
 
 def test_not_found_for_an_escaping_name_says_so(providers: Path) -> None:
-    """§3.1: a ``..`` component is refused; saying "no script in <dir>" hides why."""
+    """docs/scripts/providers.md#where-it-lives-and-how-it-is-named: a ``..`` component is refused; saying "no
+    script in <dir>" hides why."""
     result = invoke(models_command, "list", "--provider", "../nolist", "--config", str(providers), "--json")
     assert result.exit_code != 0
     message = json.loads(result.stdout)["error"]["message"]
@@ -214,7 +218,7 @@ def test_not_found_for_an_escaping_name_says_so(providers: Path) -> None:
 
 
 def test_listed_no_models_with_serves_does_not_suggest_adding_serves(providers: Path) -> None:
-    """§3.13: ``serves`` never becomes rows; when it is set,
+    """docs/scripts/providers.md#list_modelsstate: ``serves`` never becomes rows; when it is set,
     the note should say that instead of advising it."""
     result = invoke(models_command, "list", "--provider", "srv", "--config", str(providers))
     assert result.exit_code == 0 and "loaded and listed no models" in result.output
@@ -222,7 +226,7 @@ def test_listed_no_models_with_serves_does_not_suggest_adding_serves(providers: 
 
 
 def test_main_group_exposes_the_commands_of_section_4() -> None:
-    """§4 / ARCHITECTURE §8: validate, test, models list,
+    """docs/reference/json.md / ARCHITECTURE §8: validate, test, models list,
     infer and doctor are all reachable from ``rhaipool``."""
     for name in ("validate", "test", "models", "infer", "doctor"):
         assert name in main.commands

@@ -1,4 +1,4 @@
-"""The provider CLI on rhaipool's own surface (SPEC §4, §5.L: PG1, PG4) plus infer and doctor."""
+"""The provider CLI on rhaipool's own surface (docs/reference/json.md: PG1, PG4) plus infer and doctor."""
 
 from __future__ import annotations
 

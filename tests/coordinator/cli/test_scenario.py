@@ -1,4 +1,5 @@
-"""``rhaipool test`` (SPEC §4.1) and ``validate --kind region`` (§4, PG2), through real workers."""
+"""``rhaipool test`` (docs/scripts/scenarios.md#the-file) and ``validate --kind region``
+(docs/reference/json.md, PG2), through real workers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The transport rules egress keeps on aiohttp (SPEC §3.15), at a real loopback server.
+"""The transport rules egress keeps on aiohttp (docs/scripts/host-functions.md#transport), at a real loopback
+server.
 
 What a script sees must not depend on the HTTP library underneath: bodies decoded the same way,
 failures worded the same way, the address policy applied to IP literals (which aiohttp never hands

@@ -1,4 +1,6 @@
-"""Config tables, init config, script paths and discovery (SPEC §3.1, §3.2; PF5, PF7)."""
+"""Config tables, init config, script paths and discovery
+(docs/scripts/providers.md#where-it-lives-and-how-it-is-named,
+docs/reference/configuration.md#model_providersname; PF5, PF7)."""
 
 from __future__ import annotations
 

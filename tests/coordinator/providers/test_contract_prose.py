@@ -1,4 +1,6 @@
-"""Audit of the provider contract's prose (SPEC §2.5, §3.3–§3.12) beyond the catalogue cases.
+"""Audit of the provider contract's prose (docs/scripts/host-functions.md#values-between-json-and-rhai,
+docs/scripts/providers.md#metadata, docs/scripts/providers.md#count_tokensstate-text-model) beyond the
+catalogue cases.
 
 Each test pins one place where the implementation used to differ from the prose; scripts run in real
 workers against the real pool, so the values checked are the ones a script really sees or returns.
@@ -45,7 +47,8 @@ def _stream(harness: Harness, body: str) -> list[StreamChunk | ProviderError]:
     return harness.run(collect)
 
 
-# -- §3.4 entry points: "initialize with 1 param and inference with 2 params" -------------------------
+# -- docs/scripts/providers.md#the-functions entry points: "initialize with 1 param and inference with 2
+# params"
 
 
 def test_overloaded_entry_points_are_accepted(harness: Harness) -> None:
@@ -60,7 +63,8 @@ def test_overloaded_entry_points_are_accepted(harness: Harness) -> None:
     assert response.content == "one"
 
 
-# -- §3.11 chunks: only an *unconvertible* chunk is an error item --------------------------------------
+# -- docs/scripts/providers.md#streamstate-request-on_chunk chunks: only an *unconvertible* chunk is an error
+# item
 
 
 def test_convertible_non_map_chunk_is_an_empty_chunk(harness: Harness) -> None:
@@ -72,7 +76,8 @@ def test_convertible_non_map_chunk_is_an_empty_chunk(harness: Harness) -> None:
 
 
 def test_chunk_tool_call_index_is_unsigned(harness: Harness) -> None:
-    """§2.5: negative integers (and floats) fail every u64 field, so the index reads as its default 0."""
+    """docs/scripts/host-functions.md#values-between-json-and-rhai: negative integers (and floats) fail every
+    u64 field, so the index reads as its default 0."""
     items = _stream(
         harness,
         'on_chunk.call(#{tool_calls: [#{index: -3, arguments_delta: "x"}, #{index: 2.0}, #{index: 4}]});',
@@ -82,7 +87,8 @@ def test_chunk_tool_call_index_is_unsigned(harness: Harness) -> None:
     assert [d.index for d in chunk.tool_calls] == [0, 0, 4]
 
 
-# -- §3.6 request: temperature is 0.0 when the model's capabilities say no temperature ---------------
+# -- docs/scripts/providers.md#inferencestate-request request: temperature is 0.0 when the model's
+# capabilities say no temperature
 
 
 def test_temperature_zero_when_model_takes_none(harness: Harness) -> None:
@@ -98,7 +104,8 @@ def test_temperature_zero_when_model_takes_none(harness: Harness) -> None:
     assert harness.run(body) == ("0.0", "0.0", "0.9")
 
 
-# -- §3.12 guard text: "each tool's name, description and schema JSON" (serde_json: compact, raw UTF-8) --
+# -- docs/scripts/providers.md#count_tokensstate-text-model guard text: "each tool's name, description and
+# schema JSON" (serde_json: compact, raw UTF-8) --
 
 
 def test_guard_counts_compact_schema_json(harness: Harness) -> None:
@@ -122,7 +129,9 @@ def test_guard_counts_compact_schema_json(harness: Harness) -> None:
     assert harness.run(body) == f"Token limit exceeded: {len(text)} > 10"
 
 
-# -- §2.5 / §3.11 collapsed chunk: arguments_delta is serde_json's compact text -----------------------
+# -- docs/scripts/host-functions.md#values-between-json-and-rhai,
+# docs/scripts/providers.md#streamstate-request-on_chunk collapsed chunk: arguments_delta is serde_json's
+# compact text
 
 
 def test_collapse_writes_floats_like_serde_json(harness: Harness) -> None:
@@ -148,7 +157,7 @@ def test_collapse_writes_floats_like_serde_json(harness: Harness) -> None:
     assert plain.tool_calls[0].arguments_delta == '{"a":3.0,"b":123456789.125,"c":0.00001}'
 
 
-# -- §3.3 metadata -------------------------------------------------------------------------------------
+# -- docs/scripts/providers.md#metadata metadata -------------------------------------------------------------
 
 
 def test_metadata_numbers_parse_like_rust_unsigned() -> None:
@@ -171,7 +180,8 @@ def test_type_lists_keep_only_mime_patterns() -> None:
     assert m.output_types == ("text/*",)
 
 
-# -- §3.10 parts / §3.14 decode_base64: standard padded base64 (canonical, as Rust's STANDARD engine) --
+# -- docs/scripts/providers.md#inferencestate-request parts / docs/scripts/host-functions.md decode_base64:
+# standard padded base64 (canonical, as Rust's STANDARD engine) --
 
 
 def test_parts_reject_non_canonical_base64() -> None:
@@ -194,7 +204,8 @@ def test_decode_base64_rejects_non_canonical(harness: Harness) -> None:
     assert content == f"|{bad}|{bad}|hi"
 
 
-# -- §3.12 fallback heuristic: tiktoken with the *model's* BPE, else cl100k_base ----------------------
+# -- docs/scripts/providers.md#count_tokensstate-text-model fallback heuristic: tiktoken with the *model's*
+# BPE, else cl100k_base
 
 
 def test_heuristic_uses_the_models_bpe() -> None:

@@ -1,4 +1,5 @@
-"""Egress against a real loopback server: transport rules (§3.15), thrown maps (§3.16), refusals."""
+"""Egress against a real loopback server: transport rules (docs/scripts/host-functions.md#transport), thrown
+maps (docs/scripts/errors.md#provider-error-classes), refusals."""
 
 from __future__ import annotations
 

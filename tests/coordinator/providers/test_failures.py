@@ -1,4 +1,5 @@
-"""Classification of thrown values (SPEC §3.16; PB6, PB10, PB11, PB12, PB19) on plain values."""
+"""Classification of thrown values (docs/scripts/errors.md#provider-error-classes; PB6, PB10, PB11, PB12,
+PB19) on plain values."""
 
 from __future__ import annotations
 

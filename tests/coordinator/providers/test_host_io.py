@@ -1,5 +1,5 @@
-"""Audit of the I/O prose of SPEC §3.15–§3.17 beyond the numbered cases: real server,
-real pool, real sockets."""
+"""Audit of the I/O prose of docs/scripts/host-functions.md#transport, docs/scripts/errors.md#retries beyond
+the numbered cases: real server, real pool, real sockets."""
 
 from __future__ import annotations
 
@@ -86,7 +86,8 @@ def _routes(server: StandinServer) -> None:
     server.route("GET", "/audit-429-odd", lambda r: Reply(429, {"Retry-After": r.query["ra"]}, b"slow down"))
 
 
-# -- §3.15 unary transport retry: "timed out" is one of the retried failures ---------------------------
+# -- docs/scripts/host-functions.md#transport unary transport retry: "timed out" is one of the retried
+# failures
 
 
 def test_timed_out_unary_request_is_retried(server: StandinServer, policy: EgressPolicy) -> None:
@@ -112,7 +113,7 @@ def test_timed_out_stream_is_not_retried(server: StandinServer, policy: EgressPo
     assert hits(server, "/audit-slow-once/s1") == 1
 
 
-# -- §3.15 redirects ------------------------------------------------------------------------------------
+# -- docs/scripts/host-functions.md#transport redirects ------------------------------------------------------
 
 
 @pytest.mark.parametrize("code", [301, 302, 303])
@@ -141,7 +142,7 @@ def test_stream_post_redirected_with_303_is_followed(server: StandinServer, poli
     assert got == []  # /echo answers JSON, not SSE: no data events, but no crash either
 
 
-# -- §3.14 headers: every value is sent, whatever characters it holds -----------------------------------
+# -- docs/scripts/host-functions.md headers: every value is sent, whatever characters it holds ---------------
 
 
 def test_non_ascii_header_value_is_sent_as_utf8(server: StandinServer, policy: EgressPolicy) -> None:
@@ -162,7 +163,8 @@ def test_non_ascii_header_value_through_a_script(harness: Harness) -> None:
     assert r.content.encode("latin-1").decode("utf-8") == "naïve"
 
 
-# -- §3.15 / §3.16 errors are always the documented maps ------------------------------------------------
+# -- docs/scripts/host-functions.md#transport, docs/scripts/errors.md#provider-error-classes errors are always
+# the documented maps
 
 
 def test_invalid_port_is_a_transport_error(policy: EgressPolicy) -> None:
@@ -182,7 +184,7 @@ def test_retry_after_only_as_ascii_integer_seconds(
     assert value.get("retry_after") == expected
 
 
-# -- §3.15 SSE framing ----------------------------------------------------------------------------------
+# -- docs/scripts/host-functions.md#transport SSE framing ----------------------------------------------------
 
 
 def test_sse_stray_byte_does_not_swallow_later_events() -> None:
@@ -206,7 +208,7 @@ def test_sse_split_character_still_joined() -> None:
     assert framer.feed(b'data: {"t":"end"}\n\n') == ['{"t":"end"}']
 
 
-# -- §3.17 the job bound is the stage's request_timeout_secs or 900 s -----------------------------------
+# -- docs/scripts/errors.md#retries the job bound is the stage's request_timeout_secs or 900 s ---------------
 
 
 def test_job_bound_is_900s_not_the_global_request_timeout(harness: Harness) -> None:

@@ -1,4 +1,5 @@
-"""Inference through the pool against the loopback server (SPEC §3.7, §3.14–§3.18; PB1–PB15, PE9)."""
+"""Inference through the pool against the loopback server (docs/scripts/providers.md#inferencestate-request,
+docs/scripts/host-functions.md, docs/scripts/errors.md#rate-limits; PB1–PB15, PE9)."""
 
 from __future__ import annotations
 

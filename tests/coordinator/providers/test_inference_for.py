@@ -1,7 +1,8 @@
 """``ProviderRuntime.inference_for``: the inference of a provider the caller has already looked up.
 
-The reload contract (SPEC §3.1: every lookup stats the script) is the lookup's: ``inference`` looks
-up, ``inference_for`` uses the provider it is given and does not look it up a second time.
+The reload contract (docs/scripts/providers.md#where-it-lives-and-how-it-is-named: every lookup stats the
+script) is the lookup's: ``inference`` looks up, ``inference_for`` uses the provider it is given and does not
+look it up a second time.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def test_inference_for_answers_as_inference_does_without_a_second_lookup(harness
 
 
 def test_an_edited_script_is_picked_up_by_the_next_lookup(harness: Harness) -> None:
-    """The rule of SPEC §3.1 / PF2: any mtime change reloads at the next lookup, every time."""
+    """The rule of docs/scripts/providers.md#where-it-lives-and-how-it-is-named / PF2: any mtime change
+    reloads at the next lookup, every time."""
     path = harness.write("p", SCRIPT.format("first"))
 
     async def body(rt: ProviderRuntime) -> list[str]:

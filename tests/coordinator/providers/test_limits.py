@@ -1,4 +1,5 @@
-"""Rate limits, 429 backoff and the retry schedule on an injectable clock (SPEC §3.17, §3.18; PF8, PF11)."""
+"""Rate limits, 429 backoff and the retry schedule on an injectable clock (docs/scripts/errors.md#retries,
+docs/scripts/errors.md#rate-limits; PF8, PF11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Loading, reloading and caching providers through a real pool (SPEC §3.1, §3.4; PA1–PA7, PA10, PF1–PF6)."""
+"""Loading, reloading and caching providers through a real pool
+(docs/scripts/providers.md#where-it-lives-and-how-it-is-named, docs/scripts/providers.md#the-functions;
+PA1–PA7, PA10, PF1–PF6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Metadata directives (SPEC §3.3; PA8) and capabilities (PA9)."""
+"""Metadata directives (docs/scripts/providers.md#metadata; PA8) and capabilities (PA9)."""
 
 from __future__ import annotations
 

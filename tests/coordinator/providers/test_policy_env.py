@@ -1,4 +1,4 @@
-"""Egress policy on plain values, and env_var resolution (SPEC §3.19, §0; PE3)."""
+"""Egress policy on plain values, and env_var resolution (docs/scripts/host-functions.md#env_varname; PE3)."""
 
 from __future__ import annotations
 

@@ -159,7 +159,8 @@ def test_nan_config_value_keeps_the_cached_provider(harness: Harness) -> None:
 
 
 def test_validate_lists_only_optional_functions_with_their_arity(harness: Harness) -> None:
-    """A wrong-arity stream/count_tokens is absent (SPEC §3.4 step 6): validate must not call it present."""
+    """A wrong-arity stream/count_tokens is absent (docs/scripts/providers.md#the-functions): validate must
+    not call it present."""
     path = harness.write(
         "p", GOOD + "fn stream(s, r) {}\nfn count_tokens(s, t) { 1 }\nfn list_models(s) { [] }\n"
     )

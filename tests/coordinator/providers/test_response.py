@@ -1,4 +1,5 @@
-"""Responses, usage, finish reasons, parts, chunks (SPEC §3.7–§3.11; PB8, PB9, PB15, PB16, PB20, PC5, PC6)."""
+"""Responses, usage, finish reasons, parts, chunks (docs/scripts/providers.md#inferencestate-request,
+docs/scripts/providers.md#streamstate-request-on_chunk; PB8, PB9, PB15, PB16, PB20, PC5, PC6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Streaming end to end: SSE → worker callback → on_chunk → caller (SPEC §3.11; PC1–PC9)."""
+"""Streaming end to end: SSE → worker callback → on_chunk → caller
+(docs/scripts/providers.md#streamstate-request-on_chunk; PC1–PC9)."""
 
 from __future__ import annotations
 

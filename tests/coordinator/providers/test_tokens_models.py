@@ -1,4 +1,5 @@
-"""count_tokens, list_models, the window guard (SPEC §3.12, §3.13; PD1–PD8) and the seed's groq script."""
+"""count_tokens, list_models, the window guard (docs/scripts/providers.md#count_tokensstate-text-model,
+docs/scripts/providers.md#list_modelsstate; PD1–PD8) and the seed's groq script."""
 
 from __future__ import annotations
 

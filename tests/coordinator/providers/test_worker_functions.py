@@ -1,4 +1,4 @@
-"""The pure provider helpers of the worker (SPEC §3.14, §5.J), called on a real engine."""
+"""The pure provider helpers of the worker (docs/scripts/host-functions.md), called on a real engine."""
 
 from __future__ import annotations
 

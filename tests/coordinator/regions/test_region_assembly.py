@@ -1,4 +1,5 @@
-"""§1.6.1 assembly on plain values: preamble order, sorting, orphans, breakpoints, Begin./Continue."""
+"""docs/scripts/regions.md#renderctx assembly on plain values: preamble order, sorting, orphans, breakpoints,
+Begin./Continue."""
 
 from __future__ import annotations
 

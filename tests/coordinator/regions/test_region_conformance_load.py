@@ -1,4 +1,5 @@
-"""SPEC §5.A (RA1-RA10): load-time checks of region scripts, compiled in real sandboxed workers."""
+"""Load-time checks of region scripts (docs/scripts/regions.md#loading; cases RA1-RA10), compiled in real
+sandboxed workers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §5.B (RB1-RB22): render through real workers, fallbacks included."""
+"""render (docs/scripts/regions.md#renderctx; cases RB1-RB22) through real workers, fallbacks included."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SPEC §5.B window cases (RB15-RB18, RB21) and §5.E (RE1-RE9), through real workers."""
+"""Window cases of render (RB15-RB18, RB21) and the sandbox (RE1-RE9; docs/scripts/errors.md#limits), through
+real workers."""
 
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ def test_window_meta_and_hidden_regions(pooled: Pooled) -> None:
     assert [b.text for b in request.system] == ["goal", "plan:7/2000"] and len(reports) == 1
 
 
-# -- §5.E ------------------------------------------------------------------------
+# -- the sandbox (RE) -----------------------------------------------------------
 
 
 def _fallback(pooled: Pooled, source: str) -> tuple[SystemBlock, ...]:

@@ -1,4 +1,5 @@
-"""SPEC §5.C and §5.D (RC1-RC8, RD1-RD11): on_write, on_overflow and eviction through real workers."""
+"""on_write, on_overflow and eviction (docs/scripts/regions.md#on_writectx,
+docs/scripts/regions.md#on_overflowctx; cases RC1-RC8, RD1-RD11) through real workers."""
 
 from __future__ import annotations
 
@@ -106,7 +107,7 @@ def test_restore_skips_on_write(pooled: Pooled) -> None:
     assert _contents(region) == ["restored"]
 
 
-# -- §5.D ------------------------------------------------------------------------
+# -- on_overflow and eviction (RD) -----------------------------------------------
 
 
 def _filled(pooled: Pooled, hook: str, *contents: str, budget: int = 1000, tokens: int = 10) -> Region:

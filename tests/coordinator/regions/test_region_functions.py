@@ -1,4 +1,5 @@
-"""The region helper set (SPEC §2.2) called directly: semantics and the reference's typed signatures."""
+"""The region helper set (docs/scripts/regions.md#helpers-a-hook-can-call) called directly: semantics and the
+reference's typed signatures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Audit of the region contract's prose (SPEC §1, §2.1-§2.5, §4.1) beyond the §5 catalogue.
+"""Audit of the region contract's prose (docs/scripts/regions.md, docs/scripts/errors.md#limits,
+docs/scripts/host-functions.md#values-between-json-and-rhai, docs/scripts/scenarios.md#the-file) beyond the
+numbered cases.
 
 Every case runs real hooks in real sandboxed workers through a real ``Pool``.
 `import` and `export` are the one deliberate divergence: the binding refuses them when a script
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 RENDER = 'fn render(ctx) { "" }\n'
 KEPT = SystemBlock("[brain]:\nkept", "Never", "rewritten", "brain")
 
-# -- §2.1 modules: compiled as in the reference; an executed import fails at run time ------------------------
+# -- docs/scripts/errors.md#limits modules: compiled as in the reference; an executed import fails at run time
 
 
 @pytest.mark.parametrize(
@@ -44,11 +46,12 @@ def test_export_loads_and_renders(pooled: Pooled) -> None:
     assert pooled.run(region.render()).system[0].text == "ok"
 
 
-# -- §2.5 conversions as the hooks' contracts read them ----------------------------------------------------
+# -- docs/scripts/host-functions.md#values-between-json-and-rhai conversions as the hooks' contracts read them
 
 
 def test_on_write_nan_is_null_so_accepted_without_warning(pooled: Pooled) -> None:
-    """NaN converts to null (§2.5), and null is `()`: accept unchanged, not "any other value"."""
+    """NaN converts to null (docs/scripts/host-functions.md#values-between-json-and-rhai), and null is `()`:
+    accept unchanged, not "any other value"."""
     region = pooled.region(RENDER + "fn on_write(ctx) { 0.0 / 0.0 }")
     report = pooled.run(region.write("keep", 5))
     assert report.outcome == "accepted" and report.warnings == ()
@@ -65,7 +68,8 @@ def test_char_results_are_strings(pooled: Pooled) -> None:
 
 
 def test_unconvertible_value_under_an_ignored_key_still_falls_back(pooled: Pooled) -> None:
-    """Conversion to JSON precedes the shape check (§1.4): ignored keys do not rescue a closure/blob."""
+    """Conversion to JSON precedes the shape check (docs/scripts/regions.md#how-a-hook-is-called): ignored
+    keys do not rescue a closure/blob."""
     for extra in ["|x| x", "blob(2, 1)", "timestamp()"]:
         region = pooled.region(f'fn render(ctx) {{ #{{ system: "s", extra: {extra} }} }}')
         assert pooled.run(region.write("kept", 10)).ok
@@ -74,7 +78,8 @@ def test_unconvertible_value_under_an_ignored_key_still_falls_back(pooled: Poole
 
 
 def test_blob_answer_from_on_overflow_frees_nothing_itself(pooled: Pooled) -> None:
-    """A blob has no JSON form in [M] (§2.5), so it is not read as indices; oldest-first makes up."""
+    """A blob has no JSON form in [M] (docs/scripts/host-functions.md#values-between-json-and-rhai), so it is
+    not read as indices; oldest-first makes up."""
     region = pooled.region(RENDER + "fn on_overflow(ctx) { blob(1, 2) }")
     for content in ("a", "b", "c"):
         assert pooled.run(region.write(content, 10)).ok
@@ -84,14 +89,15 @@ def test_blob_answer_from_on_overflow_frees_nothing_itself(pooled: Pooled) -> No
 
 
 def test_u64_arguments_reach_the_script_as_floats(pooled: Pooled) -> None:
-    """JSON integers beyond i64 become (lossy) floats on the way into Rhai (§2.5)."""
+    """JSON integers beyond i64 become (lossy) floats on the way into Rhai
+    (docs/scripts/host-functions.md#values-between-json-and-rhai)."""
     region = pooled.region("fn render(ctx) { type_of(ctx.entries[0].tool_calls[0].arguments.n) }")
     call = ToolCall("c1", "shell", {"n": 2**63})
     assert pooled.run(region.write("", 1, kind="assistant_turn", tool_calls=[call])).ok
     assert [b.text for b in pooled.run(region.render()).system] == ["f64"]
 
 
-# -- §1.6 grammar details through a real worker ------------------------------------------------------------
+# -- docs/scripts/regions.md#renderctx grammar details through a real worker ---------------------------------
 
 
 def test_tool_calls_unit_is_invalid_through_the_worker(pooled: Pooled) -> None:
@@ -105,7 +111,8 @@ def test_tool_calls_unit_is_invalid_through_the_worker(pooled: Pooled) -> None:
 
 
 def test_unit_arguments_stay_null_through_the_worker(pooled: Pooled) -> None:
-    """Present-but-unit `arguments` becomes `input: null`, absent becomes `{}` (§1.6 rule 3)."""
+    """Present-but-unit `arguments` becomes `input: null`, absent becomes `{}`
+    (docs/scripts/regions.md#renderctx)."""
     source = """fn render(ctx) { #{ messages: [#{ role: "assistant", tool_calls: [
         #{ id: "a", name: "n", arguments: () }, #{ id: "b", name: "n" } ] }] } }"""
     report = pooled.run(pooled.region(source).render())
@@ -113,7 +120,8 @@ def test_unit_arguments_stay_null_through_the_worker(pooled: Pooled) -> None:
 
 
 def test_mutating_ctx_does_not_leak_into_the_next_call(pooled: Pooled) -> None:
-    """Arguments are by value (§1.4): a render that rewrites ctx.entries sees fresh entries next time."""
+    """Arguments are by value (docs/scripts/regions.md#how-a-hook-is-called): a render that rewrites
+    ctx.entries sees fresh entries next time."""
     source = """fn render(ctx) {
         let seen = ctx.entries.map(|e| e.content).join(",");
         ctx.entries[0].content = "MUT"; ctx.entries.push(#{ content: "Z" });

@@ -1,4 +1,5 @@
-"""§1.6 render grammar and §1.7 fallback, on plain JSON values (pure functions)."""
+"""docs/scripts/regions.md#renderctx render grammar and docs/scripts/regions.md#renderctx fallback, on plain
+JSON values (pure functions)."""
 
 from __future__ import annotations
 

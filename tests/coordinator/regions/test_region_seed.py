@@ -1,4 +1,5 @@
-"""Audit of what the seed (seeds/custom-context-regions.txt) promises script authors, beyond SPEC §5.
+"""Audit of what the seed (seeds/custom-context-regions.txt) promises script authors, beyond the numbered
+cases.
 
 The seed's own example region runs verbatim through real sandboxed workers; each statement the seed
 makes about its output, about eviction and about what the model sees is checked here.

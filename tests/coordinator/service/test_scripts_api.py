@@ -1,4 +1,5 @@
-"""The scripts API (SPEC §4, §5.L PG1-PG3) on a real service: kinds, names, status codes, tenancy."""
+"""The scripts API (docs/reference/json.md; PG1-PG3) on a real service: kinds, names, status codes,
+tenancy."""
 
 from __future__ import annotations
 

@@ -49,8 +49,9 @@ SLACK = 2.0
 """What a loaded 2-core machine may add to a deadline before the answer leaves the service."""
 ENTRY_POINT = "fn inference(state, request) { #{} }"
 SHAPE_REFUSED = "invalid shape"
-"""A render's warning when the hook returned something else than a string or a map (SPEC §1.3): the
-value the script built never reaches anyone, which is as harmless as the header's ``value``."""
+"""A render's warning when the hook returned something else than a string or a map
+(docs/scripts/regions.md#persistent-regions): the value the script built never reaches anyone, which is as
+harmless as the header's ``value``."""
 
 
 def tenant_of(hostile: Hostile) -> tuple[str, str]:
