@@ -6,11 +6,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from contract.text import RUST_WHITESPACE
 from coordinator.tenancy import DEFAULT_TENANT
-from proto.text import RUST_WHITESPACE
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted(p for package in ("proto", "worker", "coordinator") for p in (ROOT / package).rglob("*.py"))
+SOURCES = sorted(
+    p for package in ("proto", "contract", "worker", "coordinator") for p in (ROOT / package).rglob("*.py")
+)
 
 
 def test_rust_whitespace_is_unicode_white_space() -> None:
@@ -23,7 +25,7 @@ def test_rust_whitespace_is_unicode_white_space() -> None:
 def test_the_whitespace_set_is_written_once() -> None:
     """A character only White_Space has (U+2028 LINE SEPARATOR) written as an escape marks a copy."""
     copies = [p.relative_to(ROOT).as_posix() for p in SOURCES if "\\u2028" in p.read_text()]
-    assert copies == ["proto/text.py"]
+    assert copies == ["contract/text.py"]
 
 
 def test_the_default_tenant_is_defined_once() -> None:

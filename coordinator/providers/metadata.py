@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from proto.text import RUST_WHITESPACE
+from contract.text import RUST_WHITESPACE
 
 __all__ = ["DEFAULT_CONTEXT_TOKENS", "DEFAULT_OUTPUT_TOKENS", "Metadata", "MimeRow", "parse_metadata"]
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from proto.text import RUST_WHITESPACE
+from contract.text import RUST_WHITESPACE
 from proto.values import copy_nested
 
 __all__ = [

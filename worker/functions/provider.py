@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 import rhai
 
+from contract.text import RUST_WHITESPACE
 from proto import tokens
-from proto.text import RUST_WHITESPACE
 
 __all__ = [
     "FUNCTIONS",

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final
 
-from proto.text import RUST_WHITESPACE
+from contract.text import RUST_WHITESPACE
 from proto.tokens import quarter_bytes
 from proto.vocabulary import rhai_type_name
 

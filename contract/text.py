@@ -1,5 +1,5 @@
 """Rust's idea of text that both sides need to copy exactly: the worker's helpers (``trim``,
-``is_blank``, SSE lines) and the coordinator (region entries, provider metadata) strip the same set.
+``is_empty``, SSE lines) and the coordinator (region entries, provider metadata) strip the same set.
 """
 
 from __future__ import annotations
