@@ -228,6 +228,10 @@ API: Final[tuple[Endpoint, ...]] = (
         (200, ModelsReply, "the models"), (401,), OpenAIErrorReply,
     ),
     Endpoint(
+        "GET", "/v1/models/{model}", "One PROVIDER/ID row of that list", _T, None,
+        (200, dict[str, Any], "the model"), (401, 404), OpenAIErrorReply,
+    ),
+    Endpoint(
         "POST", "/v1/messages", "Anthropic Messages (model: PROVIDER/MODEL; x-api-key or bearer)", _T,
         MessagesBody, (200, MessageReply, "the message, or its stream events"), _FRONT, AnthropicErrorReply,
     ),

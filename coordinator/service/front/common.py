@@ -279,8 +279,11 @@ class ModelsCache:
         """Drop every remembered listing."""
         self._rows.clear()
 
-    async def rows(self, service: Service, tenant: str) -> list[tuple[str, ModelInfo]]:
-        """``(provider, row)`` of every provider the tenant may use, providers in name order.
+    async def rows(
+        self, service: Service, tenant: str, *, only: str | None = None
+    ) -> list[tuple[str, ModelInfo]]:
+        """``(provider, row)`` of every provider the tenant may use (or of ``only``), providers in name
+        order.
 
         A provider that does not load or whose listing fails is left out (and logged): one broken
         script must not hide the others' models."""
@@ -288,7 +291,7 @@ class ModelsCache:
         names = {name for name, _table in runtime.config.providers}
         names |= {name for kind, name in service.scripts(tenant) if kind == "provider"}
         ttl = service.config.models_cache_secs
-        ordered = sorted(names)
+        ordered = sorted(names) if only is None else [only] if only in names else []
         found = await asyncio.gather(*(self._listing(runtime, tenant, n, ttl) for n in ordered))
         return [(name, row) for name, rows in zip(ordered, found, strict=True) for row in rows]
 

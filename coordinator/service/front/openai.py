@@ -32,13 +32,14 @@ from coordinator.service.front.common import (
     lookup,
     models_cache,
     open_stream,
+    refused,
     split_model,
     tool_arguments,
 )
 from coordinator.service.front.schemas import ChatCompletionBody, check_extra
 from coordinator.service.http import parse_body, require_tenant, service_of
 
-__all__ = ["ROUTES_OPENAI", "chat_request", "completion", "error_body", "v1_models"]
+__all__ = ["ROUTES_OPENAI", "chat_request", "completion", "error_body", "v1_model", "v1_models"]
 
 _KNOWN: Final = frozenset(
     {"model", "messages", "tools", "tool_choice", "max_tokens", "max_completion_tokens", "temperature",
@@ -330,30 +331,54 @@ async def chat_completions(request: Request) -> Response:
             return HeldStream(_chunks(first, items, body["model"], usage), stack)
         answer = await target.runtime.inference_for(target.provider, contract, tenant=tenant)
     except (RouteError, ProviderError, InvalidProviderRequest) as exc:
-        error = failure(exc)
-        return json_reply(error_body(error), error.status, error.headers())
+        return _refusal(exc)
     return json_reply(completion(answer, body["model"]))
+
+
+def _model_row(provider: str, model: Any, anthropic_api: bool) -> dict[str, Any]:
+    name = f"{provider}/{model.id}"
+    if anthropic_api:  # the Anthropic SDK's models.list() / retrieve()
+        shown = model.display_name or model.id
+        return {"type": "model", "id": name, "display_name": shown, "created_at": "1970-01-01T00:00:00Z"}
+    return {"id": name, "object": "model", "created": 0, "owned_by": provider}
 
 
 async def v1_models(request: Request) -> Response:
     """``GET /v1/models``: ``PROVIDER/ID`` rows of every provider the tenant may use."""
     tenant = require_tenant(request)
     rows = await models_cache(request).rows(service_of(request), tenant)
-    if request.headers.get("anthropic-version"):  # the Anthropic SDK's models.list()
-        data: list[dict[str, Any]] = [
-            {"type": "model", "id": f"{p}/{m.id}", "display_name": m.display_name or m.id,
-             "created_at": "1970-01-01T00:00:00Z"}
-            for p, m in rows
-        ]  # fmt: skip
-        return json_reply(
-            {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
-             "last_id": data[-1]["id"] if data else None}
-        )  # fmt: skip
-    listing = [{"id": f"{p}/{m.id}", "object": "model", "created": 0, "owned_by": p} for p, m in rows]
-    return json_reply({"object": "list", "data": listing})
+    anthropic_api = bool(request.headers.get("anthropic-version"))
+    data = [_model_row(p, m, anthropic_api) for p, m in rows]
+    if anthropic_api:
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        return json_reply({"data": data, "has_more": False, "first_id": first, "last_id": last})
+    return json_reply({"object": "list", "data": data})
+
+
+async def v1_model(request: Request) -> Response:
+    """``GET /v1/models/{PROVIDER/ID}``: one row of the list, or 404."""
+    tenant = require_tenant(request)
+    wanted = request.path_params["model"]
+    anthropic_api = bool(request.headers.get("anthropic-version"))
+    try:
+        provider, _model = split_model(wanted)
+    except RouteError as exc:
+        return _refusal(exc)
+    rows = await models_cache(request).rows(service_of(request), tenant, only=provider)
+    for p, m in rows:
+        if f"{p}/{m.id}" == wanted:
+            return json_reply(_model_row(p, m, anthropic_api))
+    message = f"no model '{wanted}' in the listings of this tenant's providers"
+    return _refusal(refused(Refusal(404, "not_found", message, "model", "model_not_found")))
+
+
+def _refusal(exc: Exception) -> Response:
+    error = failure(exc)
+    return json_reply(error_body(error), error.status, error.headers())
 
 
 ROUTES_OPENAI: Final = [
     ("/v1/chat/completions", chat_completions, "POST"),
     ("/v1/models", v1_models, "GET"),
+    ("/v1/models/{model:path}", v1_model, "GET"),
 ]

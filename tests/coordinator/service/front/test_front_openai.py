@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic as anthropic_sdk
 import httpx
 import openai
 import pytest
@@ -292,3 +293,13 @@ def test_the_reference_runtimes_openai_provider_body(front: ServiceProcess) -> N
         assert usage["choices"] == [] and usage["usage"]["total_tokens"] > 0
         models = http.get("/models")
         assert models.status_code == 200 and "groq/standin-small" in [m["id"] for m in models.json()["data"]]
+
+
+def test_one_model(client: openai.OpenAI, front: ServiceProcess) -> None:
+    model = client.models.retrieve("groq/standin-large")
+    assert (model.id, model.owned_by) == ("groq/standin-large", "groq")
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("groq/no-such-model")
+    assert missing.value.code == "model_not_found"
+    with anthropic_sdk.Anthropic(base_url=front.url, api_key=TOKENS["acme"], max_retries=0) as other:
+        assert other.models.retrieve("anthropic/claude-test-2").display_name == "Claude Test 2"
