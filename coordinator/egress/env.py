@@ -3,10 +3,10 @@
 
 Single-tenant mode (the default): the provider's ``[model_providers.<name>.env]`` values first, then
 the host environment with credential-shaped names hidden unless allow-listed (``[security]
-allow_env_vars`` or the provider's own ``allow_env_vars``; case-insensitive, exact). On top of SPEC
-docs/scripts/host-functions.md#env_varname's list, names containing ``PASS``, ``PWD``, ``CREDS``, ``_SK``,
-``PEM``, ``WEBHOOK`` or ``CONNECTION_STRING`` are hidden, and so is a ``*_URI``/``*_URL`` variable, or any
-name ending in ``PROXY`` (``HTTPS_PROXY``, ``all_proxy``, ``NO_PROXY``...), whose value carries
+allow_env_vars`` or the provider's own ``allow_env_vars``; case-insensitive, exact). On top of the
+reference's list (docs/scripts/host-functions.md#env_varname), names containing ``PASS``, ``PWD``, ``CREDS``,
+``_SK``, ``PEM``, ``WEBHOOK`` or ``CONNECTION_STRING`` are hidden, and so is a ``*_URI``/``*_URL`` variable,
+or any name ending in ``PROXY`` (``HTTPS_PROXY``, ``all_proxy``, ``NO_PROXY``...), whose value carries
 ``user:password@``. Tenant mode: only the provider's ``env`` table and the host variables its own
 ``allow_env_vars`` names, and the script gets each value's placeholder, never the value (``secrets.py``).
 """

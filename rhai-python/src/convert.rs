@@ -20,7 +20,7 @@
 //! Written by hand rather than through serde: it does less work, keeps `bool`
 //! apart from `int` and names the path of a bad value. Both directions walk
 //! nested values with an explicit stack, not recursion: any depth the engine's
-//! own limits let a script build converts (SPEC: no nesting limit of our own),
+//! own limits let a script build converts (the contract sets no nesting limit of its own),
 //! and Rhai -> Python takes the value apart as it goes, so nothing deep is
 //! freed recursively either.
 
@@ -159,7 +159,7 @@ fn open_seq<'py>(items: impl Iterator<Item = Bound<'py, PyAny>>, len: usize) -> 
 }
 
 /// An int: INT in i64 range, else the nearest FLOAT, as the reference's JSON
-/// reading turns a number beyond i64 into a (lossy) float (SPEC §2.5). Only an
+/// reading turns a number beyond i64 into a (lossy) float (docs/scripts/host-functions.md#values-between-json-and-rhai). Only an
 /// int past the float range (about 1.8e308) has no Rhai form.
 fn int_to_dynamic(obj: &Bound<'_, PyAny>) -> Result<Dynamic, ConvError> {
     if let Ok(i) = obj.extract::<i64>() {

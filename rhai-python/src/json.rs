@@ -1,4 +1,4 @@
-//! JSON exactly as SPEC §2.5 states it, for scripts and for Python: byte for byte
+//! JSON exactly as docs/scripts/host-functions.md#values-between-json-and-rhai states it, for scripts and for Python: byte for byte
 //! what the reference's `serde_json` writes, and the one JSON writer rhaipool uses on
 //! its behalf (`rhai.to_json`).
 //!
@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::{convert, stack};
 
-/// JSON value -> Rhai value (integers beyond i64 become floats, as in SPEC §2.5).
+/// JSON value -> Rhai value (integers beyond i64 become floats, as in docs/scripts/host-functions.md#values-between-json-and-rhai).
 pub fn from_value(v: Value) -> Dynamic {
     match v {
         Value::Null => Dynamic::UNIT,

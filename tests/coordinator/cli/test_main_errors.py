@@ -1,4 +1,4 @@
-"""CLI cases outside SPEC's catalogue, derived from the prose of docs/reference/json.md,
+"""CLI cases beyond the numbered ones, derived from the prose of docs/reference/json.md,
 docs/scripts/scenarios.md#the-file: every failure is one clear line (or, with ``--json``, a JSON document) and
 a non-zero exit, never a traceback or a usage dump in place of JSON."""
 

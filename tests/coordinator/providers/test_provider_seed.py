@@ -1,4 +1,4 @@
-"""Audit of what the seed (custom-model-providers) promises script authors, beyond SPEC's catalogue.
+"""Audit of what the seed (custom-model-providers) promises script authors, beyond the numbered cases.
 
 Each test pins one place where the implementation used to differ from the seed's prose; scripts run in
 real workers against the real pool, and config files are real files on disk.
