@@ -105,6 +105,7 @@ class Service:
         self.database_reachable = True
         """False while lease renewals fail (readiness turns false: the database is partitioned off)."""
         self._owning: dict[str, asyncio.Lock] = {}
+        self._tenant_rows = asyncio.Lock()  # an admin change and a refresh from the database, one at a time
         self._renewer: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -206,8 +207,7 @@ class Service:
             try:
                 if self.storage.held():
                     await self.storage.renew()
-                else:
-                    await self.storage.ping()
+                await self._refresh_api_tenants()
             except StorageFailed as exc:
                 if self.database_reachable:
                     log.warning("database unreachable, leases not renewed: %s", exc.error)
@@ -295,6 +295,28 @@ class Service:
         self._revoked = {r.id: r.revoked_at for r in rows if r.revoked_at is not None}
         self._set_tokens()
 
+    async def _refresh_api_tenants(self) -> None:
+        """Several coordinators: the admin API's tenants as the database has them now (another
+        coordinator may have added, rotated or revoked one): tokens follow within a renewal period."""
+        async with self._tenant_rows:
+            await self._refresh_api_tenants_now()
+
+    async def _refresh_api_tenants_now(self) -> None:
+        rows = await asyncio.to_thread(self.storage.tenants)
+        mine = self.config.tenants
+        api = {r.id: r.token_sha256 for r in rows if r.revoked_at is None and r.id not in mine}
+        revoked = {r.id: r.revoked_at for r in rows if r.revoked_at is not None and r.id not in mine}
+        if api == self._api_tenants and revoked == self._revoked:
+            return
+        gone = set(self._api_tenants) - set(api)
+        self._api_tenants, self._revoked = api, revoked
+        self._set_tokens()
+        self._apply_limits()
+        for tenant in gone:
+            self._drop_tenant(tenant)
+        if gone:
+            await self.storage.release(gone)
+
     def _set_tokens(self) -> None:
         before = self.tokens.tenants
         self.tokens = Tokens({**self._api_tenants, **self.config.tenants}, self.config.admin_token_sha256)
@@ -320,6 +342,10 @@ class Service:
 
     async def put_tenant(self, tenant: str, token_sha256: str) -> bool:
         """Add an API tenant, rotate its token or reinstate it; whether it is new (or was revoked)."""
+        async with self._tenant_rows:
+            return await self._put_tenant(tenant, token_sha256)
+
+    async def _put_tenant(self, tenant: str, token_sha256: str) -> bool:
         self._config_owned(tenant)
         fresh = tenant not in self._api_tenants
         await self.storage.put_tenant(tenant, token_sha256)
@@ -334,6 +360,10 @@ class Service:
 
     async def revoke_tenant(self, tenant: str, *, purge: bool) -> None:
         """Revoke an API tenant (its calls stop now; its data is kept for the retention) or purge it."""
+        async with self._tenant_rows:
+            await self._revoke_tenant(tenant, purge=purge)
+
+    async def _revoke_tenant(self, tenant: str, *, purge: bool) -> None:
         self._config_owned(tenant)
         if tenant not in self._api_tenants and tenant not in self._revoked:
             raise RouteError(404, f"No such tenant: {tenant}")

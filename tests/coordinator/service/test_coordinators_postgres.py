@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 from postgres_server import PostgresServer
-from service_support import TOKENS, ServiceProcess, free_port, write_config
+from service_support import TOKENS, ServiceProcess, free_port, sha, write_config
 
-from coordinator.client import ServiceError
+from coordinator.client import Client, ServiceError
 
 HOOK = "fn render(ctx) { `${ctx.entries.len()}` }"
 AUTH = {"Authorization": f"Bearer {TOKENS['acme']}"}
@@ -130,6 +130,38 @@ def test_a_paused_owner_comes_back_to_refused_writes(tmp_path: Path, url: str) -
         assert late.status_code == 503 and "served by another coordinator" in late.text, late.text
         assert _entries(b) == ["by a", "by b"]  # nothing of the stale owner's
         assert "tenant acme dropped" in a.log()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_tenants_added_and_revoked_on_one_coordinator_reach_the_others(tmp_path: Path, url: str) -> None:
+    a = _start(tmp_path / "a", url)
+    b = _start(tmp_path / "b", url)
+    token = "newco-secret-token"
+    try:
+        with a.client(None) as admin:
+            admin.put_tenant("newco", sha(token))
+        with Client(b.url, token) as c:
+            _wait(
+                lambda: (
+                    httpx.get(
+                        f"{b.url}/api/scripts", headers={"Authorization": f"Bearer {token}"}
+                    ).status_code
+                    == 200
+                ),
+                5 * LEASE,
+                "b knows newco's token",
+            )
+            c.put_script("region_hook", "log", HOOK)  # b owns newco now
+        with b.client(None) as admin:
+            admin.delete_tenant("newco")
+        scripts = f"{a.url}/api/scripts"
+        _wait(
+            lambda: httpx.get(scripts, headers={"Authorization": f"Bearer {token}"}).status_code == 401,
+            5 * LEASE,
+            "a refuses the revoked token",
+        )
     finally:
         a.stop()
         b.stop()
