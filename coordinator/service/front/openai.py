@@ -120,48 +120,48 @@ def _tool_use(call: Any, where: str) -> dict[str, Any]:
 
 
 def _messages(raw: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(system blocks, messages) of the contract from OpenAI's message list."""
+    """(system blocks, messages) of the contract from OpenAI's message list (a string content, the
+    usual case, is taken as it is; field paths are spelled only for an error)."""
     system: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] | None = None  # the tool results of the user turn just added
     for i, message in enumerate(raw):
-        where = f"messages[{i}]"
-        role = message.get("role")
+        role = message["role"]
         content = message.get("content")
-        if role in ("system", "developer"):
-            system.append({"text": _text(content, f"{where}.content")})
-        elif role == "user":
-            messages.append({"role": "user", "content": _user_content(content, f"{where}.content")})
+        plain = type(content) is str
+        if role == "user":
+            text = content if plain else _user_content(content, f"messages[{i}].content")
+            messages.append({"role": "user", "content": text})
+        elif role == "system" or role == "developer":
+            system.append({"text": content if plain else _text(content, f"messages[{i}].content")})
         elif role == "assistant":
-            calls = message.get("tool_calls") or []
-            if not isinstance(calls, list):
-                raise invalid(f"{where}.tool_calls must be an array", f"{where}.tool_calls")
-            text = _text(content, f"{where}.content")
+            text = content if plain else _text(content, f"messages[{i}].content")
+            calls = message.get("tool_calls")
             if not calls:
                 messages.append({"role": "assistant", "content": text})
-                continue
-            blocks = [{"type": "text", "text": text}] if text else []
-            blocks += [_tool_use(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
-            messages.append({"role": "assistant", "content": blocks})
+            else:
+                blocks = [{"type": "text", "text": text}] if text else []
+                blocks += [_tool_use(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(calls)]
+                messages.append({"role": "assistant", "content": blocks})
         elif role == "tool":
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str):
-                raise invalid(f"{where}.tool_call_id must be a string", f"{where}.tool_call_id")
+                where = f"messages[{i}].tool_call_id"
+                raise invalid(f"{where} must be a string", where)
             result = {
                 "type": "tool_result",
                 "tool_use_id": call_id,
-                "content": _text(content, f"{where}.content"),
+                "content": content if plain else _text(content, f"messages[{i}].content"),
                 "is_error": False,
             }
-            last = messages[-1] if messages else None
-            if last is not None and last.get("_results"):  # consecutive results: one user turn
-                last["content"].append(result)
+            if results is not None and messages and messages[-1]["content"] is results:
+                results.append(result)  # consecutive results: one user turn
             else:
-                messages.append({"role": "user", "content": [result], "_results": True})
+                results = [result]
+                messages.append({"role": "user", "content": results})
         else:
             roles = "system, developer, user, assistant, tool"
-            raise invalid(f"{where}.role '{role}' is not supported ({roles})", f"{where}.role")
-    for message in messages:
-        message.pop("_results", None)
+            raise invalid(f"messages[{i}].role '{role}' is not supported ({roles})", f"messages[{i}].role")
     return system, messages
 
 
