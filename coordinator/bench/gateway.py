@@ -75,6 +75,17 @@ SETTLE_SECS = 1.0
 """Pause after each wrk run: wrk stops with every connection's request in flight, and the gateway
 finishes them after it left; they must neither count in the next row's CPU nor hold its tenant's
 quota of requests in flight."""
+LAYERS = {
+    "no-host-call": 'fn initialize(config) { #{} }\nfn inference(state, request) { #{ content: "ok" } }',
+    "env-var-call": "fn initialize(config) { #{} }\n"
+    'fn inference(state, request) { let v = env_var("RHAIPOOL_BENCH_UNSET"); #{ content: "ok" } }',
+    "bare-http-post": "fn initialize(config) { #{ url: config.base_url } }\nfn inference(state, request) {\n"
+    '    let r = http_post(`${state.url}/chat/completions`, "{}", #{}); #{ content: "ok" }\n}',
+}
+"""With ``--layers``: provider scripts that stop short of ``groq.rhai``, run through the native route,
+so a row's difference from the next is one layer's cost: the HTTP request and the pool's call alone;
+plus a host call's round trip (``env_var``, answered by the coordinator without I/O); plus egress
+(one ``http_post`` to the upstream, its answer unread); then ``groq.rhai`` adds its JSON both ways."""
 _RESULT = re.compile(r"^RESULT (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$", re.MULTILINE)
 
 
@@ -268,35 +279,40 @@ def nginx(folder: Path) -> Iterator[tuple[str, int]]:
 
 @contextmanager
 def rhaipool_serve(
-    folder: Path, upstream: str, workers: int, max_connections: int = 64
+    folder: Path, upstream: str, workers: int, max_connections: int = 64, layers: bool = False
 ) -> Iterator[tuple[str, str, int]]:
-    """``rhaipool serve`` whose tenant ``bench`` stores the seed's ``groq.rhai`` and is granted the
-    operator's ``groq`` table aimed at ``upstream``."""
+    """``rhaipool serve`` whose tenant ``bench`` stores the seed's ``groq.rhai`` (and with ``layers``
+    the :data:`LAYERS` scripts) and is granted an operator table of each, aimed at ``upstream``."""
     token = secrets.token_urlsafe(16)
     port = free_port()
     seeds = REPO / "examples" / "providers"
     if not (seeds / "groq.rhai").is_file():
         raise RuntimeError(f"the seed's groq.rhai is not at {seeds} (run from a checkout)")
+    scripts = {"groq": (seeds / "groq.rhai").read_text(), **(LAYERS if layers else {})}
+    tables = "".join(
+        f'[model_providers.{name}]\napi_key = "bench-key"\nbase_url = "{upstream}"\n'
+        'egress_allow = ["127.0.0.1"]\n'
+        for name in scripts
+    )
     config = folder / "serve.toml"
     config.write_text(
         f'[serve]\nlisten = "127.0.0.1:{port}"\ndatabase = "bench.db"\nworkers = {workers}\n'
-        f'[tenants.bench]\ntoken_sha256 = "{token_sha256(token)}"\nproviders = ["groq"]\n'
-        f"max_connections = {max_connections}\n"
-        f'[model_providers.groq]\napi_key = "bench-key"\nbase_url = "{upstream}"\n'
-        'egress_allow = ["127.0.0.1"]\n'
+        f'[tenants.bench]\ntoken_sha256 = "{token_sha256(token)}"\n'
+        f"providers = {json.dumps(list(scripts))}\nmax_connections = {max_connections}\n{tables}"
     )
     argv = [sys.executable, "-m", "coordinator", "serve", "--config", str(config)]
     with _process(argv, folder, "serve") as process:
         url = f"http://127.0.0.1:{port}"
         _wait_http(url + "/readyz", process, "rhaipool serve")
-        stored = httpx.put(
-            url + "/api/scripts/provider/groq",
-            json={"content": (seeds / "groq.rhai").read_text()},
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
-        )
-        if stored.status_code >= 300:
-            raise RuntimeError(f"storing groq.rhai: HTTP {stored.status_code}: {stored.text[:200]}")
+        for name, source in scripts.items():
+            stored = httpx.put(
+                url + f"/api/scripts/provider/{name}",
+                json={"content": source},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=30,
+            )
+            if stored.status_code >= 300:
+                raise RuntimeError(f"storing {name}: HTTP {stored.status_code}: {stored.text[:200]}")
         yield url, token, process.pid
 
 
@@ -341,14 +357,19 @@ def _check(target: Target) -> str | None:
     return None
 
 
-def _targets(url: str, token: str, serve_pid: int) -> list[Target]:
+def _targets(url: str, token: str, serve_pid: int, layers: bool = False) -> list[Target]:
     auth = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
     pids = _family(serve_pid)
 
     def body(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
+    inference = body({"model": "bench-model", "messages": MESSAGES})
     return [
+        *(
+            Target(name, url + f"/api/providers/{name}/inference", inference, auth, pids)
+            for name in (LAYERS if layers else {})
+        ),
         Target(
             "native",
             url + "/api/providers/groq/inference",
@@ -405,6 +426,7 @@ def run_benchmark(
     litellm: Path | None,
     exclude_litellm: bool = False,
     rounds: int = 3,
+    layers: bool = False,
 ) -> dict[str, Any]:
     """Every target at every connection count, in turn, ``rounds`` times (a change in the machine's load
     lands on every target rather than on one), then the rhaipool routes at half their best rate."""
@@ -418,7 +440,7 @@ def run_benchmark(
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rhaipool-bench-gateway-")))
         upstream, nginx_pid = stack.enter_context(nginx(folder))
         url, token, serve_pid = stack.enter_context(
-            rhaipool_serve(folder, upstream, workers, max_connections=2 * max(connections))
+            rhaipool_serve(folder, upstream, workers, max_connections=2 * max(connections), layers=layers)
         )  # the tenant's quota of requests in flight above wrk's connections: speed, not the quota
         targets = [
             Target(
@@ -428,7 +450,7 @@ def run_benchmark(
                 {"Content-Type": "application/json"},
                 _family(nginx_pid),
             ),
-            *_targets(url, token, serve_pid),
+            *_targets(url, token, serve_pid, layers),
         ]
         if litellm is None:
             skipped["litellm"] = "not installed" if not exclude_litellm else "left out (--no-litellm)"
@@ -588,6 +610,18 @@ def _print(report: dict[str, Any]) -> None:
                     f"{key.removesuffix('_vs_litellm').replace('_', '-')} x{v[key]:.1f} LiteLLM's rate"
                 )
         print(f"at {n} connections: " + "; ".join(parts))
+    closed = {(r["target"], r["connections"]): r for r in report["rows"] if not r["pause_ms"]}
+    steps = (*LAYERS, "native")
+    for n in report["connections"]:
+        chain = [closed.get((name, n)) for name in steps]
+        if all(chain):
+            costs = [f"HTTP request and pool call {chain[0]['cpu_ms_per_request']:.3f} ms"]  # type: ignore[index]
+            labels = ("a host call's round trip", "egress", "groq.rhai's JSON")
+            for label, before, after in zip(labels, chain[:-1], chain[1:], strict=True):
+                total = after["cpu_ms_per_request"] - before["cpu_ms_per_request"]  # type: ignore[index]
+                main = after["main_cpu_ms_per_request"] - before["main_cpu_ms_per_request"]  # type: ignore[index]
+                costs.append(f"{label} {total:+.3f} (coordinator {main:+.3f}, workers {total - main:+.3f})")
+            print(f"layers at {n} connections: " + "; ".join(costs))
     for g in report["targets"]:
         figure = "n/a" if g["figure"] is None else f"{g['figure']:.3f}"
         met = {None: "n/a", True: "met", False: "NOT met"}[g["met"]]
@@ -605,6 +639,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--litellm", help="LiteLLM's litellm command (default: $RHAIPOOL_BENCH_LITELLM, "
                         + ", ".join(map(str, LITELLM_PATHS)) + ")")  # fmt: skip
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM's rows out")
+    parser.add_argument(
+        "--layers",
+        action="store_true",
+        help="also the native route with scripts that stop short of groq.rhai",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -617,7 +656,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("wrk is not installed (deploy/quickstart installs it: apt-get install wrk)")
     try:
         litellm = None if args.no_litellm else find_litellm(args.litellm)
-        report = run_benchmark(args.seconds, connections, args.workers, litellm, args.no_litellm, args.rounds)
+        report = run_benchmark(
+            args.seconds, connections, args.workers, litellm, args.no_litellm, args.rounds, args.layers
+        )
     except RuntimeError as exc:
         sys.exit(f"rhaipool bench gateway: {exc}")
     if args.json:
