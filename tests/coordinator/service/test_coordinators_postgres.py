@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from postgres_server import PostgresServer
 from service_support import TOKENS, ServiceProcess, free_port, sha, write_config
@@ -77,6 +78,35 @@ def test_one_coordinator_keeps_what_it_acknowledged(tmp_path: Path, url: str) ->
         assert _entries(service) == ["one", "two"]
         with service.client("acme") as c:
             assert [s["name"] for s in c.list_scripts()["scripts"]] == ["log"]
+    finally:
+        service.stop()
+
+
+def test_rows_that_cannot_load_are_set_aside_and_a_write_costs_the_entry(tmp_path: Path, url: str) -> None:
+    service = _start(tmp_path, url)
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("good", script="log", budget=10_000_000, persistent=True)
+            c.create_region("broken", script="log", budget=1000, persistent=True)
+            for i in range(40):
+                c.write("good", f"{i}-" + "y" * 200_000, tokens=1)  # ~8 MB held
+
+            def timed() -> float:
+                begun = time.perf_counter()
+                c.write("good", "small", tokens=1)
+                return time.perf_counter() - begun
+
+            small = min(timed() for _ in range(5))
+        assert small < 0.25, f"a small write to an 8 MB region took {small:.3f} s"
+        assert service.stop() == 0
+        with psycopg.connect(url, autocommit=True) as raw:  # what a bad release could have left behind
+            raw.execute("UPDATE regions SET options = '{not json' WHERE name = 'broken'")
+        service = _start(tmp_path, url)
+        with service.client("acme") as c:
+            assert [r["name"] for r in c.list_regions()["regions"]] == ["good"]
+            assert len(c.get_region("good")["entries"]) == 45
+        assert "broken" in service.log()
     finally:
         service.stop()
 
