@@ -1,18 +1,16 @@
-"""Script model providers (docs/scripts/providers.md): load, configure and run provider scripts through the
-pool.
+"""Script model providers: load, configure and run provider scripts through the pool. The contract a
+script author writes against is docs/scripts/providers.md (failures, retries and rate limits:
+docs/scripts/errors.md).
 
     ProviderRuntime(PoolExecutor(pool), Egress(), load_config(path))
         .inference(name, request) -> Response          retries, RPM/TPM limits, token guard, job bound
         .stream(name, request)    -> StreamChunk | ProviderError items, as produced
         .count_tokens(provider, text, model) / .list_models(provider) / .lookup(name)
 
-One module per job: ``config`` (tables, paths, discovery), ``metadata`` (directives), ``request``
-(docs/scripts/providers.md#inferencestate-request), ``response``/``parts``
-(docs/scripts/providers.md#inferencestate-request), ``failures``
-(docs/scripts/errors.md#provider-error-classes), ``retry`` (docs/scripts/errors.md#retries), ``ratelimit``
-(docs/scripts/errors.md#rate-limits), ``loader``
-(docs/scripts/providers.md#where-it-lives-and-how-it-is-named, docs/scripts/providers.md#the-functions load
-sequence and cache), ``errors`` (every exception of the package), ``host`` (brokered host functions),
+One module per job: ``config`` (tables, paths, discovery), ``metadata`` (directives), ``request`` (the
+request map), ``response``/``parts`` (what a script returns), ``failures`` (thrown values to error
+classes), ``retry`` (the retry loop), ``ratelimit`` (RPM/TPM windows), ``loader`` (the load sequence
+and cache), ``errors`` (every exception of the package), ``host`` (brokered host functions),
 ``executor`` (the pool boundary), ``runtime`` (entry points), ``cli``/``present``/``session``/``demo`` (the
 command line), ``standin`` (a local OpenAI-compatible API for demos, benchmarks and tests).
 """

@@ -8,13 +8,12 @@ A host loads a region script once, then writes, renders and evicts::
         report = await region.render(RenderMeta(stage_name="plan", model="m1"))
 
 Modules, one job each: ``errors`` (every exception of the package), ``model`` (entries, blocks,
-messages), ``tokens`` (estimates),
-``render`` (docs/scripts/regions.md#renderctx grammar, docs/scripts/regions.md#renderctx fallback), ``writes``
-(docs/scripts/regions.md#on_writectx), ``eviction`` (docs/scripts/regions.md#on_overflowctx indices),
-``assembly`` (docs/scripts/regions.md#renderctx), ``hooks`` (runner seam and ctx shapes), ``runtime``
-(``Region``), ``window`` (whole-window eviction and assembly), ``loading`` (docs/scripts/regions.md#loading
-and the pool runner), ``resident`` (entries kept in the worker: hooks ship only what changed), ``scenario``
-(``rhaipool test``), ``cli`` (click commands).
+messages), ``tokens`` (estimates), ``render`` (the render grammar and its fallback), ``writes``
+(``on_write`` answers), ``eviction`` (``on_overflow`` indices), ``assembly`` (the window after every
+region rendered), ``hooks`` (runner seam and ctx shapes), ``runtime`` (``Region``), ``window``
+(whole-window eviction and assembly), ``loading`` (load-time checks and the pool runner), ``resident``
+(entries kept in the worker: hooks ship only what changed), ``scenario`` (``rhaipool test``), ``cli``
+(click commands). The contract a hook author writes against is docs/scripts/regions.md.
 """
 
 from __future__ import annotations
