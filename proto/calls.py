@@ -28,6 +28,7 @@ __all__ = [
     "Credit",
     "Error",
     "Result",
+    "call_body",
     "check_resident",
 ]
 
@@ -83,6 +84,75 @@ def _known_sha(sha: str) -> bool:
     return True
 
 
+def call_body(
+    id: int, op: Op, kind: Kind, sha: str, fn: str, args: list[Any], timeout: float | None, tenant: str,
+    name: str, source: str | None, window: int, resident: dict[str, Any] | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The one CALL body writer: ``Call(...).to_body()`` without building the message
+    (``proto.frames.encode_call``, the coordinator's every attempt)."""
+    body: dict[str, Any] = {
+        "id": id,
+        "op": str(op),  # the plain string: the receiving schema checks exact types
+        "kind": str(kind),
+        "sha": sha,
+        "fn": fn,
+        "args": args,
+        "timeout": timeout,
+        "tenant": tenant,
+        "name": name,
+        "source": source,
+        "window": window,
+    }
+    if resident is not None:  # absent otherwise: calls without it keep their exact bytes
+        body["resident"] = resident
+    return body
+
+
+_CallFields = tuple[
+    int, Op, Kind, str, str, list[Any], float | None, str, str, str | None, int, dict[str, Any] | None
+]
+
+
+def _call_fields(body: Mapping[str, Any]) -> _CallFields:
+    """The one CALL reader: the body's fields in ``Call``'s order; ``MalformedMessage`` naming the first
+    bad field.
+
+    One pass: each field is looked up once and its exact type tested inline; only a field that
+    fails goes through ``proto.schema``, whose reader names the defect (or reads an int ``timeout``
+    as the float it stands for)."""
+    get: Callable[[str], Any] = body.get
+    op_name, kind_name, sha = get("op"), get("kind"), get("sha")
+    if type(op_name) is not str or type(kind_name) is not str or type(sha) is not str:
+        op_name, kind_name, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
+    op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
+    if op is None or kind is None:
+        raise MalformedMessage(f"unknown op {op_name!r} or kind {kind_name!r}")
+    if not _known_sha(sha):
+        raise MalformedMessage("field 'sha' must be 64 lowercase hex digits")
+    timeout = get("timeout")
+    if timeout is not None and type(timeout) is not float:
+        timeout = s.opt_float(body, "timeout")
+    if timeout is not None and not timeout > 0:
+        raise MalformedMessage("field 'timeout' must be positive")
+    window = get("window")
+    if type(window) is not int:
+        window = s.req_int(body, "window")
+    if not 1 <= window <= 1024:
+        raise MalformedMessage("field 'window' must be in 1..1024")
+    args, ident, fn, tenant, name = get("args"), get("id"), get("fn"), get("tenant"), get("name")
+    if type(args) is not list:
+        args = s.req_list(body, "args")
+    if type(ident) is not int or not 0 <= ident <= s.MAX_ID:
+        ident = s.req_id(body)
+    if type(fn) is not str or type(tenant) is not str or type(name) is not str:
+        fn, tenant, name = s.req_str(body, "fn"), s.req_str(body, "tenant"), s.req_str(body, "name")
+    source = get("source")
+    if source is not None and type(source) is not str:
+        source = s.opt_str(body, "source")
+    resident = None if get("resident") is None else check_resident(body, op, kind, args)
+    return ident, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """C→W: run ``fn`` of script ``sha`` (source included only when the worker lacks it)."""
@@ -103,61 +173,20 @@ class Call:
     """Entries kept in the worker across calls (§6.3): the full list, or a delta from ``base``."""
 
     def to_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.id,
-            "op": str(self.op),  # the plain string: the receiving schema checks exact types
-            "kind": str(self.kind),
-            "sha": self.sha,
-            "fn": self.fn,
-            "args": self.args,
-            "timeout": self.timeout,
-            "tenant": self.tenant,
-            "name": self.name,
-            "source": self.source,
-            "window": self.window,
-        }
-        if self.resident is not None:  # absent otherwise: calls without it keep their exact bytes
-            body["resident"] = self.resident
-        return body
+        return call_body(
+            self.id, self.op, self.kind, self.sha, self.fn, self.args, self.timeout, self.tenant, self.name,
+            self.source, self.window, self.resident,
+        )  # fmt: skip
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Call:
-        """The CALL ``body`` describes; ``MalformedMessage`` naming the first bad field.
+        """The CALL ``body`` describes; ``MalformedMessage`` naming the first bad field."""
+        return cls(*_call_fields(body))
 
-        One pass: each field is looked up once and its exact type tested inline; only a field that
-        fails goes through ``proto.schema``, whose reader names the defect (or reads an int
-        ``timeout`` as the float it stands for)."""
-        get: Callable[[str], Any] = body.get
-        op_name, kind_name, sha = get("op"), get("kind"), get("sha")
-        if type(op_name) is not str or type(kind_name) is not str or type(sha) is not str:
-            op_name, kind_name, sha = s.req_str(body, "op"), s.req_str(body, "kind"), s.req_str(body, "sha")
-        op, kind = _OP_OF.get(op_name), _KIND_OF.get(kind_name)
-        if op is None or kind is None:
-            raise MalformedMessage(f"unknown op {op_name!r} or kind {kind_name!r}")
-        if not _known_sha(sha):
-            raise MalformedMessage("field 'sha' must be 64 lowercase hex digits")
-        timeout = get("timeout")
-        if timeout is not None and type(timeout) is not float:
-            timeout = s.opt_float(body, "timeout")
-        if timeout is not None and not timeout > 0:
-            raise MalformedMessage("field 'timeout' must be positive")
-        window = get("window")
-        if type(window) is not int:
-            window = s.req_int(body, "window")
-        if not 1 <= window <= 1024:
-            raise MalformedMessage("field 'window' must be in 1..1024")
-        args, ident, fn, tenant, name = get("args"), get("id"), get("fn"), get("tenant"), get("name")
-        if type(args) is not list:
-            args = s.req_list(body, "args")
-        if type(ident) is not int or not 0 <= ident <= s.MAX_ID:
-            ident = s.req_id(body)
-        if type(fn) is not str or type(tenant) is not str or type(name) is not str:
-            fn, tenant, name = s.req_str(body, "fn"), s.req_str(body, "tenant"), s.req_str(body, "name")
-        source = get("source")
-        if source is not None and type(source) is not str:
-            source = s.opt_str(body, "source")
-        resident = None if get("resident") is None else check_resident(body, op, kind, args)
-        return cls(ident, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident)
+    @classmethod
+    def check(cls, body: Mapping[str, Any]) -> None:
+        """Raise what ``from_body`` would raise for ``body``, building nothing (``proto.encode``)."""
+        _call_fields(body)
 
 
 @dataclass(frozen=True, slots=True)

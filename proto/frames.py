@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, Protocol
 
-from proto.calls import Call, Cancel, Chunk, Credit, Error, Result
+from proto.calls import Call, Cancel, Chunk, Credit, Error, Result, call_body
 from proto.commands import COMMAND_FRAMES, Command
 from proto.control import Goodbye, Heartbeat, Ready, Shutdown
 from proto.errors import MalformedMessage, UnknownCommand, VersionMismatch
 from proto.host import HostCall, HostChunk, HostReply
 from proto.schema import as_body
-from proto.values import pack, unpack
+from proto.values import MAX_CONTAINER_LEN, pack, unpack
 from proto.vocabulary import Kind, Op
 
 __all__ = [
@@ -76,6 +76,9 @@ MESSAGE_TYPES: Final[dict[Command, Any]] = {
     )
 }
 _HEADERS: Final = {command: SIGNATURE + bytes((command,)) for command in Command}
+_CALL_HEADER: Final = _HEADERS[Command.CALL]
+_SCALARS: Final = frozenset({str, int, float, bool, bytes, type(None)})
+"""Exact types ``pack`` has nothing to check in (no keys, no length cap)."""
 _TYPES_BY_BYTE: Final[dict[int, Any]] = {int(command): cls for command, cls in MESSAGE_TYPES.items()}
 """Plain-int lookups: ``Command(byte)`` costs an enum construction per message on the hot path."""
 
@@ -88,7 +91,7 @@ def encode(message: WireMessage) -> list[bytes]:
     """
     body = message.to_body()
     if message.COMMAND is Command.CALL:
-        Call.from_body(body)
+        Call.check(body)
     return [_HEADERS[message.COMMAND] + pack(body)]
 
 
@@ -97,8 +100,12 @@ def encode_call(
     name: str = "<script>", source: str | None = None, window: int = 16,
     resident: dict[str, Any] | None = None,
 ) -> list[bytes]:  # fmt: skip
-    """``encode(Call(...))``, the fields given in ``Call``'s order."""
-    return encode(Call(id, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident))
+    """``encode(Call(...))``, the fields given in ``Call``'s order, without building the message: one
+    CALL per attempt is the coordinator's hot path.  Checked and refused exactly as ``encode`` does."""
+    body = call_body(id, op, kind, sha, fn, args, timeout, tenant, name, source, window, resident)
+    Call.check(body)  # every field but ``args`` and ``resident`` is now a scalar
+    flat = resident is None and len(args) <= MAX_CONTAINER_LEN and _SCALARS.issuperset(map(type, args))
+    return [_CALL_HEADER + pack(body, flat=flat)]
 
 
 def decode(frames: Sequence[bytes]) -> Any:

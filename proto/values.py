@@ -194,11 +194,13 @@ def _encode(value: object, depth: int) -> bytes:
     return _pack_plain(value)
 
 
-def pack(value: object) -> bytes:
+def pack(value: object, *, flat: bool = False) -> bytes:
     """Encode ``value``; raise ``ProtocolError`` for what the wire cannot carry or ``unpack`` would refuse.
 
-    An int beyond 64 bits (msgpack's OverflowError) travels as the nearest float."""
-    depth = _check_packable(value) if isinstance(value, _CONTAINERS) else 0
+    An int beyond 64 bits (msgpack's OverflowError) travels as the nearest float.  ``flat``: the caller
+    knows ``value`` is a map of string keys to scalars and lists of scalars within the caps (a CALL of
+    scalar arguments), so nothing in it is left to refuse but its size, and the walk is skipped."""
+    depth = 2 if flat else _check_packable(value) if isinstance(value, _CONTAINERS) else 0
     try:
         try:
             data = _encode(value, depth)
