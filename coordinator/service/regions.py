@@ -287,7 +287,7 @@ class RegionBook:
         """Reopen one tenant's stored persistent regions (start-up, a reinstated tenant); the problems."""
         problems: list[str] = []
         try:
-            rows = self._storage.load_regions(tenant)
+            rows = await asyncio.to_thread(self._storage.load_regions, tenant)  # off the event loop
         except Exception as exc:  # noqa: BLE001 - one tenant's rows must not keep the service down
             return [f"regions of tenant {tenant} not restored: {exc}"]
         for row in rows:
