@@ -38,7 +38,7 @@ fn render(ctx) {
 
 
 def region_ctx(entries: int) -> dict[str, Any]:
-    """A render ctx of docs/scripts/regions.md#renderctx's shape with ~200-character contents."""
+    """A render ctx in the shape of docs/scripts/regions.md#renderctx with ~200-character contents."""
     content = ("The user prefers concise answers and works in UTC+1; remember the project codename. " * 3)[
         :200
     ]

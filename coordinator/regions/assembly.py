@@ -144,7 +144,7 @@ def assemble(
     hint_blocks: Sequence[SystemBlock] = (),
     previous_system_hash: str | None = None,
 ) -> AssembledRequest:
-    """Run steps 1-8 of docs/scripts/regions.md#renderctx over region outputs given in declaration order.
+    """Assemble the window (docs/scripts/regions.md#renderctx) from region outputs given in declaration order.
 
     ``hint_blocks`` (the runtime's own instruction blocks) go first, unsorted.
     A message cache breakpoint is placed only when the system prefix equals

@@ -65,5 +65,5 @@ class PinnedOverBudget(RegionError):
 
 
 class InvalidShape(RegionError, ValueError):
-    """The render value breaks the docs/scripts/regions.md#renderctx grammar; ``str(exc)`` says where (still a
-    ``ValueError``)."""
+    """The render value breaks the render grammar (docs/scripts/regions.md#renderctx); ``str(exc)`` says where
+    (still a ``ValueError``)."""

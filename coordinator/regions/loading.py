@@ -62,7 +62,8 @@ class RegionPool(Protocol):
 
 
 def check_hook_arities(functions: Iterable[tuple[str, int]]) -> str | None:
-    """The docs/scripts/regions.md#loading validation message for a script's public functions, or ``None``.
+    """The load-time validation message (docs/scripts/regions.md#loading) for a script's public functions, or
+    ``None``.
 
     ``render`` is required; ``render``, ``on_write`` and ``on_overflow`` must take
     one parameter.  Rhai overloads by arity: when a one-parameter overload exists

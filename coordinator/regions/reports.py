@@ -72,7 +72,7 @@ class WriteReport:
             raise RegionWriteError(self.error)
 
     def to_json(self) -> dict[str, Any]:
-        """The docs/scripts/scenarios.md#the-file step shape."""
+        """The step shape of a scenario's output (docs/scripts/scenarios.md#output)."""
         stored = self.entry if self.outcome != "dropped" else None
         return {
             "op": self.op,
@@ -108,7 +108,7 @@ class RenderReport:
         return RegionOutput(self.output.system, self.output.messages, preamble=True)
 
     def to_json(self) -> dict[str, Any]:
-        """The docs/scripts/scenarios.md#the-file step shape."""
+        """The step shape of a scenario's output (docs/scripts/scenarios.md#output)."""
         return {
             "op": "render",
             "system": [block.to_json() for block in self.output.system],
@@ -127,7 +127,7 @@ class EvictReport:
     warnings: tuple[RegionWarning, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The docs/scripts/scenarios.md#the-file step shape."""
+        """The step shape of a scenario's output (docs/scripts/scenarios.md#output)."""
         return {
             "op": "evict",
             "freed": self.freed,

@@ -48,7 +48,7 @@ def _block_cost(block: dict[str, Any]) -> int:
 
 
 def render_cost(system: Iterable[SystemBlock], messages: Iterable[Message]) -> int:
-    """The post-render budget figure of docs/scripts/regions.md#renderctx.
+    """The post-render budget figure (docs/scripts/regions.md#budgets-and-token-estimates).
 
     Sum of per-item estimates over block texts, plain message texts, tool-use
     inputs serialized as JSON and tool-result contents.
