@@ -109,7 +109,7 @@ def _block(block: dict[str, Any], where: str) -> dict[str, Any] | None:
             "content": _texts(block.get("content"), f"{where}.content"),
             "is_error": block.get("is_error") is True,
         }
-    if kind in _SKIPPED:
+    if isinstance(kind, str) and kind in _SKIPPED:
         return None
     if kind in ("text", "tool_use", "tool_result"):
         raise invalid(f"{where}: a {kind} block lacks its required fields", where)

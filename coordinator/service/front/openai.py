@@ -36,7 +36,7 @@ from coordinator.service.front.common import (
     split_model,
     tool_arguments,
 )
-from coordinator.service.front.schemas import ChatCompletionBody, check_extra
+from coordinator.service.front.schemas import ChatCompletionBody, check_extra, check_json
 from coordinator.service.http import parse_body, require_tenant, service_of
 
 __all__ = ["ROUTES_OPENAI", "chat_request", "completion", "error_body", "v1_model", "v1_models"]
@@ -108,13 +108,16 @@ def _tool_use(call: Any, where: str) -> dict[str, Any]:
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             raise invalid(f"{where}.function.arguments is not JSON", where) from None
+        parsed = check_json(parsed, f"{where}.function.arguments")
     else:
         parsed = arguments
     block: dict[str, Any] = {"type": "tool_use", "id": call["id"], "name": name, "input": parsed}
-    signature = ((call.get("extra_content") or {}).get("google") or {}).get("thought_signature")
-    if isinstance(signature, str):  # what the reference runtime sends back for a Gemini call
+    extra = call.get("extra_content")  # what the reference runtime sends back for a Gemini call
+    google = extra.get("google") if isinstance(extra, dict) else None
+    signature = google.get("thought_signature") if isinstance(google, dict) else None
+    if isinstance(signature, str):
         block["thought_signature"] = signature
     return block
 

@@ -30,6 +30,7 @@ __all__ = [
     "ModelsReply",
     "OpenAIErrorReply",
     "check_extra",
+    "check_json",
 ]
 
 _LENIENT: Final = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
@@ -92,6 +93,15 @@ class MessagesBody(TypedDict, total=False):
 
 
 _EXTRA: Final = TypeAdapter(dict[str, Json])
+_JSON: Final = TypeAdapter(Json)
+
+
+def check_json(value: Any, where: str) -> Any:
+    """JSON the front parsed itself (a tool call's ``arguments``), held to the runtime's number range."""
+    try:
+        return _JSON.validate_python(value)
+    except ValidationError as exc:
+        raise invalid(f"field '{where}': {exc.errors(include_url=False)[0]['msg']}", where) from None
 
 
 def check_extra(extra: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.providers import InvalidProviderRequest
 from coordinator.providers.errors import (
@@ -98,6 +100,44 @@ def test_an_openai_conversation_becomes_the_contracts_request() -> None:
                         "role": "assistant",
                         "tool_calls": [
                             {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+                        ],
+                    }
+                ],
+            },
+            "arguments is not JSON",
+            "messages[0].tool_calls[0]",
+        ),
+        (
+            {
+                "model": "p/m",
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "c",
+                                "type": "function",
+                                "function": {"name": "f", "arguments": '{"a": 99999999999999999999}'},
+                            },
+                        ],
+                    }
+                ],
+            },
+            "64 bits",
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (
+            {
+                "model": "p/m",
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "c",
+                                "type": "function",
+                                "function": {"name": "f", "arguments": "[" * 5000 + "]" * 5000},
+                            },
                         ],
                     }
                 ],
@@ -229,3 +269,64 @@ def test_failures_by_status(
     headers = refusal.headers()
     assert headers.get("x-should-retry") == (None if retry is None else str(retry).lower())
     assert headers.get("Retry-After") == (None if retry_after is None else str(retry_after))
+
+
+# -- anything a body may hold ----------------------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+_KEYS = st.sampled_from(
+    ["type", "text", "id", "name", "input", "content", "function", "arguments", "tool_use_id", "is_error",
+     "extra_content", "google", "thought_signature", "cache_control", "input_schema", "parameters"]
+)  # fmt: skip
+_PART = st.dictionaries(_KEYS, _JSON | st.sampled_from(["text", "tool_use", "tool_result", "function", "{}"]))
+_CONTENT = st.none() | st.text(max_size=8) | st.lists(_PART, max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["system", "developer", "user", "assistant", "tool", "function"])},
+            optional={"content": _CONTENT, "tool_calls": st.none() | st.lists(_PART, max_size=2),
+                      "tool_call_id": st.text(max_size=4)},
+        ),
+        max_size=4,
+    ),
+    st.none() | st.lists(_PART, max_size=2),
+)  # fmt: skip
+def test_an_openai_body_translates_or_is_refused(messages: Any, tools: Any) -> None:
+    """Whatever a schema-valid body holds, the translation answers a request the contract's builder
+    takes, or a refusal naming the problem; nothing else escapes (no 500 from a body)."""
+    body: Any = {"model": "p/m", "messages": messages, "tools": tools}
+    try:
+        _provider, request = chat_request(body)
+    except RouteError as exc:
+        assert isinstance(exc.error, Refusal) and exc.error.status == 400 and exc.error.message
+        return
+    build_request(request, CAPS)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "assistant"]),
+             "content": st.text(max_size=8) | st.lists(_PART, max_size=3)}
+        ),
+        max_size=4,
+    ),
+    st.none() | st.text(max_size=8) | st.lists(_PART, max_size=2),
+    st.none() | st.lists(_PART, max_size=2),
+)  # fmt: skip
+def test_an_anthropic_body_translates_or_is_refused(messages: Any, system: Any, tools: Any) -> None:
+    body: Any = {"model": "p/m", "messages": messages, "system": system, "tools": tools}
+    try:
+        _provider, request = messages_request(body)
+    except RouteError as exc:
+        assert isinstance(exc.error, Refusal) and exc.error.status == 400 and exc.error.message
+        return
+    build_request(request, CAPS)
