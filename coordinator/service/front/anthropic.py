@@ -146,16 +146,12 @@ def _system(raw: Any) -> list[dict[str, Any]]:
 def _tools(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     tools = []
     for i, tool in enumerate(raw):
-        name, schema = tool.get("name"), tool.get("input_schema")
-        if (
-            tool.get("type", "custom") != "custom"
-            or not isinstance(name, str)
-            or not isinstance(schema, dict)
-        ):
-            raise invalid(
-                f"tools[{i}]: only client tools with a name and an input_schema are supported "
-                f"(not server tools such as '{tool.get('type')}')", f"tools[{i}]",
-            )  # fmt: skip
+        name, schema, kind = tool.get("name"), tool.get("input_schema"), tool.get("type", "custom")
+        if kind != "custom":
+            message = f"tools[{i}]: server tools such as '{kind}' are not supported (only client tools)"
+            raise invalid(message, f"tools[{i}]")
+        if not isinstance(name, str) or not isinstance(schema, dict):
+            raise invalid(f"tools[{i}] needs a string name and an input_schema object", f"tools[{i}]")
         description = tool.get("description")
         tools.append(
             {
