@@ -25,6 +25,7 @@ from coordinator.providers.response import StreamChunk, TokenUsage
 from coordinator.service.errors import RouteError
 from coordinator.service.front.common import (
     ENCODE,
+    SHUTTING_DOWN,
     HeldStream,
     Refusal,
     failure,
@@ -331,6 +332,8 @@ async def _events(first: StreamChunk, items: AsyncIterator[Any], model: str) -> 
 
 # -- routes --------------------------------------------------------------------------------------
 
+_CUT: Final = _event("error", {"error": error_body(SHUTTING_DOWN)["error"]})
+
 
 def _refusal(exc: Exception) -> Response:
     error = failure(exc)
@@ -346,7 +349,7 @@ async def messages(request: Request) -> Response:
         target = await lookup(request, tenant, name)
         if body.get("stream"):
             first, items, stack = await open_stream(request, target, contract)
-            return HeldStream(_events(first, items, body["model"]), stack)
+            return HeldStream(_events(first, items, body["model"]), stack, _CUT)
         answer = await target.runtime.inference_for(target.provider, contract, tenant=tenant)
     except (RouteError, ProviderError, InvalidProviderRequest) as exc:
         return _refusal(exc)

@@ -15,6 +15,7 @@ the error's ``transient`` knows better).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -47,6 +48,7 @@ from coordinator.service.state import Service
 
 __all__ = [
     "ENCODE",
+    "SHUTTING_DOWN",
     "HeldStream",
     "ModelsCache",
     "Refusal",
@@ -250,19 +252,31 @@ async def open_stream(
 
 class HeldStream(StreamingResponse):
     """Server-Sent Events that hold ``stack`` (the stream slot and the runtime's stream) to their end,
-    however they end: a reader that goes away cancels the script."""
+    however they end: a reader that goes away cancels the script. A stream the service cuts (the end
+    of a drain's grace) ends with ``cut``, the API's error event, not a silent close."""
 
-    def __init__(self, events: AsyncIterator[bytes], stack: AsyncExitStack) -> None:
+    def __init__(self, events: AsyncIterator[bytes], stack: AsyncExitStack, cut: bytes) -> None:
         super().__init__(
             events,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-        self._stack = stack
+        self._stack, self._cut = stack, cut
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with self._stack:
-            await super().__call__(scope, receive, send)
+        try:
+            async with self._stack:
+                await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):  # the connection may be gone as well
+                await send({"type": "http.response.body", "body": self._cut, "more_body": False})
+            raise
+
+
+SHUTTING_DOWN: Final = Refusal(
+    503, "overloaded", "the service is shutting down; retry on another instance", retry=True, retry_after=1
+)
+"""What a stream cut at the end of a drain's grace ends with."""
 
 
 # -- GET /v1/models ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from coordinator.providers.response import StreamChunk, TokenUsage
 from coordinator.service.errors import RouteError
 from coordinator.service.front.common import (
     ENCODE,
+    SHUTTING_DOWN,
     HeldStream,
     Refusal,
     failure,
@@ -320,6 +321,8 @@ def _call_delta(call: Any, started: dict[int, int]) -> dict[str, Any]:
 
 # -- routes --------------------------------------------------------------------------------------
 
+_CUT: Final = _event(error_body(SHUTTING_DOWN))
+
 
 async def chat_completions(request: Request) -> Response:
     """``POST /v1/chat/completions``: JSON, or Server-Sent Events with ``"stream": true``."""
@@ -331,7 +334,7 @@ async def chat_completions(request: Request) -> Response:
         if body.get("stream"):
             first, items, stack = await open_stream(request, target, contract)
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return HeldStream(_chunks(first, items, body["model"], usage), stack)
+            return HeldStream(_chunks(first, items, body["model"], usage), stack, _CUT)
         answer = await target.runtime.inference_for(target.provider, contract, tenant=tenant)
     except (RouteError, ProviderError, InvalidProviderRequest) as exc:
         return _refusal(exc)

@@ -1,0 +1,60 @@
+"""A /v1 stream the service cuts at the end of a drain's grace ends with the API's error event (the
+SDKs raise it), not a silent close. Its own service: the test stops it."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+
+import anthropic
+import openai
+import pytest
+from service_support import TOKENS, ServiceProcess, free_port, write_config
+
+from coordinator._cli.demo import GROQ_SCRIPT
+from coordinator.bench.standin import StandinServer
+
+WORDS = " ".join(f"w{i}" for i in range(50))  # 50 words, 0.2 s apart: a 10 s stream
+
+
+@pytest.fixture(scope="module")
+def slow_upstream() -> Iterator[StandinServer]:
+    with StandinServer(stream_pause=0.2) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def draining(
+    tmp_path_factory: pytest.TempPathFactory, slow_upstream: StandinServer
+) -> Iterator[ServiceProcess]:
+    port = free_port()
+    config = write_config(tmp_path_factory.mktemp("drain"), port=port, standin=slow_upstream.base_url)
+    running = ServiceProcess.start(config, port)  # grace_secs = 3
+    with running.client("acme") as c:
+        c.put_script("provider", "groq", GROQ_SCRIPT.read_text())
+    yield running
+    assert running.stop() == 0
+
+
+def test_streams_cut_by_a_drain_end_with_an_error_event(draining: ServiceProcess) -> None:
+    ask = [{"role": "user", "content": WORDS}]
+    with (
+        openai.OpenAI(base_url=draining.url + "/v1", api_key=TOKENS["acme"], max_retries=0) as oa,
+        anthropic.Anthropic(base_url=draining.url, api_key=TOKENS["acme"], max_retries=0) as an,
+    ):
+        chat = iter(oa.chat.completions.create(model="groq/standin-small", messages=ask, stream=True))  # type: ignore[arg-type]
+        message = iter(
+            an.messages.create(model="groq/standin-small", max_tokens=500, messages=ask, stream=True)
+        )  # type: ignore[arg-type]
+        assert next(chat).choices[0].delta.role == "assistant"
+        assert next(message).type == "message_start"
+        draining.process.send_signal(signal.SIGTERM)  # in flight: they get grace_secs, then are cut
+        with pytest.raises(openai.APIError) as cut:
+            for _chunk in chat:
+                pass
+        assert "shutting down" in cut.value.message
+        with pytest.raises(anthropic.APIStatusError) as ended:
+            for _event in message:
+                pass
+        assert ended.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    assert draining.process.wait(30) == 0
