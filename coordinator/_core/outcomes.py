@@ -1,6 +1,6 @@
 """Turning what a worker said (or how it died) into the one outcome a call ends with.
 
-Blame rules after a worker death (ARCHITECTURE §4), over the calls *running* there: the inline
+Blame rules after a worker death (SECURITY.md, layer 9), over the calls *running* there: the inline
 head, every threaded call, and every threaded call given up on whose late reply has not come
 (``Placement.given_up``: it still runs):
 - our kill for ``deadline`` or ``protocol`` blames the attempt we killed it for;

@@ -1,4 +1,4 @@
-"""Nodes: other machines that run workers for this coordinator, over CurveZMQ (ARCHITECTURE §6).
+"""Nodes: other machines that run workers for this coordinator, over CurveZMQ (docs/scaling.md).
 
 Keys: key files (:mod:`coordinator.nodes.keys`), the coordinator's server-side authenticator over an
 authorized-keys directory (:mod:`coordinator.nodes.auth`) and the ``[nodes]`` config table

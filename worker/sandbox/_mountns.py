@@ -16,7 +16,6 @@ import ctypes
 import os
 from collections.abc import Iterable
 
-from proto.errors import RhaipoolError
 from worker.sandbox._process import CLONE_NEWNS, LayerResult, errno_text, libc
 
 __all__ = ["apply"]
@@ -43,8 +42,8 @@ libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes
 libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
-class _Refused(RhaipoolError):
-    """One step failed; the message says which and why."""
+class _Refused(Exception):
+    """One step failed; the message says which and why (caught in this module: never leaves it)."""
 
 
 def _b(text: str | None) -> bytes | None:

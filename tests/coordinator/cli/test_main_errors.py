@@ -226,7 +226,7 @@ def test_listed_no_models_with_serves_does_not_suggest_adding_serves(providers: 
 
 
 def test_main_group_exposes_the_commands_of_section_4() -> None:
-    """docs/reference/json.md / ARCHITECTURE §8: validate, test, models list,
+    """docs/reference/json.md: validate, test, models list,
     infer and doctor are all reachable from ``rhaipool``."""
     for name in ("validate", "test", "models", "infer", "doctor"):
         assert name in main.commands
