@@ -10,7 +10,7 @@ import pytest
 from coordinator.bench.standin import StandinServer
 from coordinator.egress import EgressPolicy
 
-from .harness import Harness
+from .harness import Harness, SharedPool
 from .server import install_behaviours
 
 
@@ -27,7 +27,17 @@ def policy() -> EgressPolicy:
     return EgressPolicy.build("local", egress_allow=("127.0.0.1",), max_response_bytes=1 << 20)
 
 
+@pytest.fixture(scope="module")
+def shared_pool() -> Iterator[SharedPool]:
+    """One pool lent to the module's tests in turn (``harness.SharedPool`` says when it is renewed)."""
+    shared = SharedPool()
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
 @pytest.fixture
-def harness(server: StandinServer, tmp_path: Path) -> Harness:
+def harness(server: StandinServer, tmp_path: Path, shared_pool: SharedPool) -> Harness:
     """A providers directory plus a pool-backed runtime per test."""
-    return Harness(server, tmp_path / "providers")
+    return Harness(server, tmp_path / "providers", shared_pool)
