@@ -326,8 +326,11 @@ class Region:
             return self._fallback(entries, f"invalid shape: {exc}")
         warnings: tuple[RegionWarning, ...] = ()
         cost = render_cost(output.system, output.messages)
-        if cost > self.budget:
-            note = f"output is ~{cost} tokens, over the region budget of {self.budget}; sent unchanged"
+        if cost > self.budget:  # a warning only, as the reference's: the exact-count guard is the hard one
+            note = (
+                f"render exceeds its budget (~{cost} tokens > {self.budget}); sending anyway"
+                " (enable exact_token_counting for a hard guard)"
+            )
             warnings = (self._warning("render", note),)
         return RenderReport(output, False, warnings)
 

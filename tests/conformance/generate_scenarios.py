@@ -187,6 +187,32 @@ S(
     budget=5,
 )
 S("render_budget_exact", "fn render(ctx) { \"abcd\".pad(40, 'e') }\n", [R], budget=10)
+# An output over its budget is sent, with the reference's one warning ("exceeds its budget; sending anyway"):
+# the estimate summed over system blocks, message texts, tool inputs (as JSON) and tool results.
+PAD = "let s = \"\"; s.pad({n}, 'x');"
+over = {
+    "string": (PAD.format(n=41) + " s", 10),
+    "at_budget": (PAD.format(n=40) + " s", 10),
+    "system_array": (PAD.format(n=21) + " #{ system: [s, s] }", 10),
+    "message": (PAD.format(n=41) + ' #{ messages: [ #{ role: "user", content: s } ] }', 10),
+    "tool_input": (
+        PAD.format(n=41)
+        + ' #{ messages: [ #{ role: "assistant", tool_calls: [ #{ id: "c", name: "n", arguments: #{ a: s } } ] } ] }',
+        10,
+    ),
+    "tool_result": (
+        PAD.format(n=41)
+        + ' #{ messages: [ #{ role: "user", tool_results: [ #{ tool_call_id: "c", content: s } ] } ] }',
+        10,
+    ),
+    "zero_budget": ('"abcde"', 0),
+    "big": (PAD.format(n=4001) + " s", 1000),
+}
+for key, (body, budget) in over.items():
+    S(f"render_budget_sent_{key}", f"fn render(ctx) {{ {body} }}\n", [W("kept"), R], budget=budget)
+    S(f"render_budget_sent_{key}_empty", f"fn render(ctx) {{ {body} }}\n", [R], budget=budget)
+S("render_budget_sent_twice", f"fn render(ctx) {{ {PAD.format(n=41)} s }}\n", [W("a"), R, R, W("b"), R], budget=10)
+S("render_budget_sent_persistent", f"fn render(ctx) {{ {PAD.format(n=41)} s }}\n", [W("a"), R], budget=10, persistent=True)
 
 # ---- docs/scripts/regions.md#renderctx ctx shapes ----------------------------------------------------------
 CTX_RENDER = r"""fn show(v) { `${type_of(v)}:${v}` }

@@ -159,11 +159,49 @@ def test_rb12_renders_when_empty(pooled: Pooled) -> None:
     assert report.system[0].text == "<empty count=0>"
 
 
+HARD_GUARD = " (enable exact_token_counting for a hard guard)"
+"""The end of the reference's over-budget warning, which rhaipool words the same way."""
+
+
 def test_rb13_over_budget_output_still_sent(pooled: Pooled) -> None:
     region = pooled.region("fn render(ctx) { let s = \"\"; s.pad(8000, 'x'); s }")
     report = _render(pooled, region)
     assert len(report.system[0].text) == 8000 and not report.fallback
-    assert any("over the region budget" in str(w) for w in report.warnings)
+    assert [w.cause for w in report.warnings] == [
+        f"render exceeds its budget (~2000 tokens > 1000); sending anyway{HARD_GUARD}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "cost"),
+    [
+        ("let s = \"\"; s.pad(41, 'x'); s", 11),
+        ("let s = \"\"; s.pad(21, 'x'); #{ system: [s, s] }", 12),
+        ('let s = ""; s.pad(41, \'x\'); #{ messages: [ #{ role: "user", content: s } ] }', 11),
+        (
+            'let s = ""; s.pad(41, \'x\'); #{ messages: [ #{ role: "assistant",'
+            ' tool_calls: [ #{ id: "c", name: "n", arguments: #{ a: s } } ] } ] }',
+            13,
+        ),
+        (
+            "let s = \"\"; s.pad(41, 'x');"
+            ' #{ messages: [ #{ role: "user", tool_results: [ #{ tool_call_id: "c", content: s } ] } ] }',
+            11,
+        ),
+    ],
+)
+def test_rb13_every_output_over_its_budget_warns_and_is_sent(pooled: Pooled, body: str, cost: int) -> None:
+    """The reference sums the estimate over blocks, texts, tool inputs (as JSON) and results: over warns."""
+    report = _render(pooled, pooled.region(f"fn render(ctx) {{ {body} }}", budget=10))
+    assert not report.fallback and (report.system or report.messages)
+    assert [w.cause for w in report.warnings] == [
+        f"render exceeds its budget (~{cost} tokens > 10); sending anyway{HARD_GUARD}"
+    ]
+
+
+def test_rb13_output_at_its_budget_does_not_warn(pooled: Pooled) -> None:
+    report = _render(pooled, pooled.region("fn render(ctx) { let s = \"\"; s.pad(40, 'x'); s }", budget=10))
+    assert len(report.system[0].text) == 40 and not report.fallback and report.warnings == ()
 
 
 def test_rb14_tool_call_defaults(pooled: Pooled) -> None:
