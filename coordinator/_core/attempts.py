@@ -22,6 +22,7 @@ from collections.abc import Callable
 from coordinator._core import outcomes
 from coordinator._core.calls import Attempt, CallRecord
 from coordinator._core.config import PoolConfig
+from coordinator._core.hostcalls import Spawn
 from coordinator._core.kills import KillReason
 from coordinator._core.placement import Placements
 from coordinator._core.streambudget import StreamFlow
@@ -39,9 +40,10 @@ class Attempts:
 
     def __init__(
         self, config: PoolConfig, router: Router, supervisor: Supervisor, placements: Placements,
-        freed: Callable[[], None],
+        freed: Callable[[], None], spawn: Spawn,
     ) -> None:  # fmt: skip
         self._router, self._supervisor, self._placements, self._freed = router, supervisor, placements, freed
+        self._spawn = spawn
         self._kill_grace = config.deadlines.kill_grace
         self._wire_ids = itertools.count(1)
         self._deadlines: TimerHeap[Attempt] = TimerHeap(self._deadline_passed)
@@ -63,7 +65,7 @@ class Attempts:
         worker.attempts[wire_id] = attempt
         call.attempt = attempt
         if call.host is not None:
-            call.host.begin_attempt()
+            call.host.begin_attempt(self._spawn)
         if call.inline:
             worker.inline.append(attempt)
             if len(worker.inline) == 1:

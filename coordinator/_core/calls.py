@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from coordinator._core.handles import ScriptHandle
+    from coordinator._core.hostcalls import Spawn
     from coordinator._core.streambudget import StreamBudget, StreamFlow
     from coordinator._core.workers import Placement
     from coordinator.timers import Timer
@@ -71,9 +72,11 @@ class HostHandler(Protocol):
         nothing), and the pool re-runs a call whose worker died only while it is ``False``."""
         ...
 
-    def begin_attempt(self) -> None:
+    def begin_attempt(self, spawn: Spawn) -> None:
         """An attempt of the call is sent (the first and every re-run): a handler that records its
-        requests serves a re-run from that record (``providers/journal.py``); others do nothing."""
+        requests serves a re-run from that record (``providers/journal.py``); others do nothing.
+        ``spawn`` runs a task in the pool's TaskGroup, for work that must outlive the attempt (it
+        ends with the pool); such a task must not raise."""
 
     async def call(self, name: str, args: list[Any]) -> Any:
         """Perform the unary host function ``name``; its value, or ``HostCallError`` for the script."""

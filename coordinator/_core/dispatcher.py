@@ -109,7 +109,7 @@ class Dispatcher:
         self.streams = StreamBudget(config.stream_buffer_bytes, config.stream_window)
         self.placements = Placements(config, quotas, self._queue, self._quarantine)
         self.admission = self._admission = AdmissionControl(quotas, self._quarantine)
-        self._attempts = Attempts(config, router, supervisor, self.placements, self.pump)
+        self._attempts = Attempts(config, router, supervisor, self.placements, self.pump, spawn)
         self._deaths = Deaths(config, self._attempts, self._quarantine, self._suspects)
         self._observers = observers
         self._closing = False

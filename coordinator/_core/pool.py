@@ -146,6 +146,7 @@ class Pool:
         self._quotas = QuotaTable(self.config.tenant_quotas)
         self._scripts = ScriptBook(self._quotas, cache_bytes=self.config.script_cache_bytes)
         self._tasks: asyncio.TaskGroup | None = None
+        self._running: set[asyncio.Task[None]] = set()
         self._observers = Observers()
         self._closed = False
         self.endpoint = ""
@@ -178,8 +179,12 @@ class Pool:
         await self.aclose()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task in the pool's TaskGroup (host calls, a handler's requests, a fleet's ticker)."""
         assert self._tasks is not None
-        return self._tasks.create_task(coro)
+        task = self._tasks.create_task(coro)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return task
 
     def _inbox(self, identity: bytes, message: Any) -> None:
         """Every message from a worker arrives here once and goes to its owner (module docstring)."""
@@ -440,6 +445,8 @@ class Pool:
         if self._nodes is not None:
             await self._nodes.aclose()
         self._ticker.cancel()
+        for task in list(self._running):  # what is left belongs to calls that have all ended now
+            task.cancel()
         tasks, self._tasks = self._tasks, None
         with contextlib.suppress(asyncio.CancelledError):
             await tasks.__aexit__(None, None, None)

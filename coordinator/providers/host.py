@@ -20,7 +20,7 @@ from typing import Any
 from coordinator.egress import Egress, EgressPolicy, EnvResolver, HostError
 from coordinator.errors import HostCallError
 from coordinator.providers.clock import Clock, MonotonicClock
-from coordinator.providers.journal import Journal
+from coordinator.providers.journal import Journal, Spawn
 from coordinator.providers.ratelimit import Backoff429
 from coordinator.tenancy import DEFAULT_TENANT
 from proto.host import BROKERED_FUNCTIONS
@@ -101,9 +101,10 @@ class ProviderHost:
         (``HostHandler.sent``): no re-run then."""
         return self.journal.sent
 
-    def begin_attempt(self) -> None:
-        """The pool starts an attempt of the call (its first, or a re-run after a worker death)."""
-        self.journal.begin_attempt()
+    def begin_attempt(self, spawn: Spawn) -> None:
+        """The pool starts an attempt of the call (its first, or a re-run after a worker death); the
+        journal's requests run through ``spawn`` (the pool's TaskGroup)."""
+        self.journal.begin_attempt(spawn)
 
     def close(self) -> None:
         """The call has ended: requests still running for it stop, and its journal is dropped.

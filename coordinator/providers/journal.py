@@ -7,7 +7,9 @@ each ``http_get``/``http_post``/``stream_request`` is recorded in order with its
 requests are served from the record while they match it exactly (same function, same arguments):
 
 * a request still in flight when the worker died is awaited: its egress runs in a task of its own,
-  which the death of the worker (the cancellation of the host call) does not cancel;
+  which the death of the worker (the cancellation of the host call) does not cancel; that task, and
+  a stream's reader, run in the pool's TaskGroup (the ``spawn`` each ``begin_attempt`` hands over),
+  end with the call (:meth:`Journal.close`) or with the pool, and never raise into the group;
 * a finished one is answered from the record, errors included; a stream's events are replayed and the
   live stream, still open, is followed from where the dead attempt left it;
 * past the end of the record, requests are performed (and recorded) normally;
@@ -27,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,8 @@ from coordinator.errors import HostCallError
 __all__ = ["Journal", "StreamRecord", "identical"]
 
 MarkSent = Callable[[], None]
+Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
+"""Runs a task in the pool's TaskGroup (``HostHandler.begin_attempt``)."""
 
 
 def identical(a: Any, b: Any) -> bool:
@@ -68,7 +72,9 @@ class StreamRecord:
     only as fast as a consumer asks, so the script's credit window still throttles the provider.
     """
 
-    def __init__(self, events: AsyncIterator[Any], idle: float, on_event: Callable[[int], None]) -> None:
+    def __init__(
+        self, events: AsyncIterator[Any], idle: float, on_event: Callable[[int], None], spawn: Spawn
+    ) -> None:
         self.payloads: list[Any] = []
         self.error: HostCallError | None = None
         self.finished = False
@@ -78,7 +84,7 @@ class StreamRecord:
         self._wanted = 1
         self._changed = asyncio.Condition()
         self._idle, self._on_event = idle, on_event
-        self.task = asyncio.ensure_future(self._pump(events))
+        self.task = spawn(self._pump(events))
 
     async def _pump(self, events: AsyncIterator[Any]) -> None:
         try:
@@ -138,23 +144,29 @@ class StreamRecord:
 
 
 async def _performed(
-    perform: Callable[[MarkSent], Awaitable[Any]], mark_sent: MarkSent, answer: asyncio.Future[Any]
-) -> Any:
-    """``perform``'s outcome, also handed to ``answer`` from inside the task: ``asyncio.shield`` of a
-    new request, without the shield's extra future and loop turn. Cancelling ``answer`` abandons it
-    and leaves the request running; a request cancelled (its call ended) cancels ``answer`` too."""
+    perform: Callable[[MarkSent], Awaitable[Any]],
+    mark_sent: MarkSent,
+    outcome: asyncio.Future[Any],
+    answer: asyncio.Future[Any],
+) -> None:
+    """``perform``'s outcome into ``outcome`` (the record) and ``answer`` (the attempt that asked):
+    ``asyncio.shield`` of a new request, without the shield's extra future and loop turn. Cancelling
+    ``answer`` abandons it and leaves the request running; a request cancelled (its call ended)
+    cancels both.  Nothing else escapes: the task runs in the pool's TaskGroup."""
     try:
         value = await perform(mark_sent)
     except asyncio.CancelledError:
+        outcome.cancel()
         answer.cancel()
         raise
-    except BaseException as exc:
-        if not answer.done():
-            answer.set_exception(exc)
-        raise
-    if not answer.done():
-        answer.set_result(value)
-    return value
+    except BaseException as exc:  # noqa: BLE001 - recorded: a re-run is answered the same failure
+        for future in (outcome, answer):
+            if not future.done():
+                future.set_exception(exc)
+        return
+    for future in (outcome, answer):
+        if not future.done():
+            future.set_result(value)
 
 
 @dataclass(eq=False)
@@ -167,9 +179,13 @@ class Entry:
     weight: int = 0
     """Characters of it the record holds (its arguments and its answer, as far as kept)."""
     outcome: asyncio.Future[Any] | None = None
+    task: asyncio.Task[None] | None = None
+    """The request's own task (``_performed``), which sets ``outcome``."""
     stream: StreamRecord | None = None
 
     def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
         if self.outcome is not None:
             self.outcome.cancel()
         if self.stream is not None:
@@ -189,11 +205,21 @@ class Journal:
     """A request left the machine without being kept in the record (past ``limit``)."""
     diverged: str | None = None
     """Why a re-run was refused a request (``RerunDiverged``)."""
+    spawn: Spawn | None = None
+    """Where requests and stream readers run: the pool's TaskGroup, handed over by ``begin_attempt``."""
     _unkept: list[Entry] = field(default_factory=list)
 
-    def begin_attempt(self) -> None:
-        """A new attempt starts (the call's first, or a re-run): it is served from the beginning."""
+    def begin_attempt(self, spawn: Spawn) -> None:
+        """A new attempt starts (the call's first, or a re-run): it is served from the beginning, and
+        what it starts runs through ``spawn``."""
         self.cursor = 0
+        self.spawn = spawn
+
+    def _spawner(self) -> Spawn:
+        """``spawn``, or a clear error if no attempt handed one over (checked before anything is recorded)."""
+        if self.spawn is None:
+            raise RuntimeError("the journal has no task group: no attempt began (begin_attempt)")
+        return self.spawn
 
     @property
     def sent(self) -> bool:
@@ -213,10 +239,12 @@ class Journal:
         if entry is not None:
             assert entry.outcome is not None
             return asyncio.shield(entry.outcome)
+        loop, spawn = asyncio.get_running_loop(), self._spawner()
         entry = self._new(name, args)
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        entry.outcome = asyncio.ensure_future(_performed(perform, self._sent_of(entry), answer))
-        entry.outcome.add_done_callback(lambda done: self._settled(entry, done))
+        outcome, answer = loop.create_future(), loop.create_future()
+        entry.task = spawn(_performed(perform, self._sent_of(entry), outcome, answer))
+        entry.outcome = outcome
+        outcome.add_done_callback(lambda done: self._settled(entry, done))
         return answer
 
     def stream(
@@ -225,8 +253,11 @@ class Journal:
         """``stream_request``: the recorded events, then the live ones."""
         entry = self._replayed(name, args)
         if entry is None:
+            spawn = self._spawner()
             entry = self._new(name, args)
-            record = StreamRecord(open_events(self._sent_of(entry)), idle, lambda n: self._grow(entry, n))
+            record = StreamRecord(
+                open_events(self._sent_of(entry)), idle, lambda n: self._grow(entry, n), spawn
+            )
             record.kept = entry in self.entries
             entry.stream = record
             record.task.add_done_callback(lambda _: self._forget(entry))

@@ -157,7 +157,7 @@ class _Silent:
 
     sent = True
 
-    def begin_attempt(self) -> None:
+    def begin_attempt(self, spawn: object) -> None:
         pass
 
     async def call(self, name: str, args: list[Any]) -> Any:

@@ -44,7 +44,7 @@ class Silent:
 
     sent = False
 
-    def begin_attempt(self) -> None:
+    def begin_attempt(self, spawn: object) -> None:
         pass
 
     async def call(self, name: str, args: list[Any]) -> Any:

@@ -132,7 +132,7 @@ def test_threaded_deadline_cancels_without_killing_the_worker() -> None:
     class Silent:
         sent = True
 
-        def begin_attempt(self) -> None:
+        def begin_attempt(self, spawn: object) -> None:
             pass
 
         async def call(self, name: str, args: list[Any]) -> Any:

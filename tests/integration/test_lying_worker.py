@@ -153,7 +153,7 @@ def test_a_host_value_without_wire_form_is_thrown_into_the_script() -> None:
     class Host:
         sent = True
 
-        def begin_attempt(self) -> None:
+        def begin_attempt(self, spawn: object) -> None:
             pass
 
         async def call(self, name: str, args: list[Any]) -> Any:
@@ -292,7 +292,7 @@ def test_host_calls_of_one_call_are_numbered_and_bounded(hids: tuple[int, ...], 
         running = peak = calls = 0
         sent = True
 
-        def begin_attempt(self) -> None:
+        def begin_attempt(self, spawn: object) -> None:
             pass
 
         async def call(self, name: str, args: list[Any]) -> Any:

@@ -80,8 +80,8 @@ class Counted:
     def sent(self) -> bool:
         return self.host.sent
 
-    def begin_attempt(self) -> None:
-        self.host.begin_attempt()
+    def begin_attempt(self, spawn: Any) -> None:
+        self.host.begin_attempt(spawn)
 
     async def call(self, name: str, args: list[Any]) -> Any:
         try:

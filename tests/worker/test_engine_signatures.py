@@ -129,7 +129,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[Any]]] = []
 
-    def begin_attempt(self) -> None:
+    def begin_attempt(self, spawn: object) -> None:
         pass
 
     async def call(self, name: str, args: list[Any]) -> Any:

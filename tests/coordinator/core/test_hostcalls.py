@@ -49,7 +49,7 @@ class Host:
         self.delay, self.payloads, self.produced = delay, payloads, 0
         self.sent = False
 
-    def begin_attempt(self) -> None:
+    def begin_attempt(self, spawn: object) -> None:
         pass
 
     async def call(self, name: str, args: list[Any]) -> Any:
@@ -247,7 +247,7 @@ def test_a_host_wait_ends_at_the_calls_own_deadline_inside_the_worker() -> None:
     class Slow:
         sent = True
 
-        def begin_attempt(self) -> None:
+        def begin_attempt(self, spawn: object) -> None:
             pass
 
         async def call(self, name: str, args: list[Any]) -> Any:

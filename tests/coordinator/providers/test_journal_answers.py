@@ -41,47 +41,53 @@ class Requests:
 
 def test_an_abandoned_answer_leaves_the_request_running_for_the_rerun() -> None:
     async def scenario() -> None:
-        journal, requests = Journal(limit=1 << 20), Requests()
-        first = journal.unary_outcome("http_get", [URL], requests.performer("body"))
-        await asyncio.sleep(0)
-        first.cancel()  # the worker died: its attempt ends
-        journal.begin_attempt()
-        again = journal.unary_outcome("http_get", [URL], requests.performer("other"))
-        requests.release.set()
-        assert await again == "body"  # served the first request's answer, not sent twice
-        assert requests.sent == 1 and not journal.sent
-        journal.close()
+        async with asyncio.TaskGroup() as tasks:  # the pool's, in a pool
+            journal, requests = Journal(limit=1 << 20), Requests()
+            journal.begin_attempt(tasks.create_task)
+            first = journal.unary_outcome("http_get", [URL], requests.performer("body"))
+            await asyncio.sleep(0)
+            first.cancel()  # the worker died: its attempt ends
+            journal.begin_attempt(tasks.create_task)
+            again = journal.unary_outcome("http_get", [URL], requests.performer("other"))
+            requests.release.set()
+            assert await again == "body"  # served the first request's answer, not sent twice
+            assert requests.sent == 1 and not journal.sent
+            journal.close()
 
     asyncio.run(scenario())
 
 
 def test_a_failed_request_reaches_the_answer_and_the_record() -> None:
     async def scenario() -> None:
-        journal, requests = Journal(limit=1 << 20), Requests()
-        failure = HostCallError({"kind": "api", "message": "HTTP 500: x"})
-        answer = journal.unary_outcome("http_get", [URL], requests.performer(failure))
-        requests.release.set()
-        with pytest.raises(HostCallError) as info:
-            await answer
-        assert info.value is failure
-        journal.begin_attempt()
-        with pytest.raises(HostCallError):
-            await journal.unary_outcome("http_get", [URL], requests.performer("never"))
-        assert requests.sent == 1
-        journal.close()
+        async with asyncio.TaskGroup() as tasks:  # a failed request fails no task of the group
+            journal, requests = Journal(limit=1 << 20), Requests()
+            journal.begin_attempt(tasks.create_task)
+            failure = HostCallError({"kind": "api", "message": "HTTP 500: x"})
+            answer = journal.unary_outcome("http_get", [URL], requests.performer(failure))
+            requests.release.set()
+            with pytest.raises(HostCallError) as info:
+                await answer
+            assert info.value is failure
+            journal.begin_attempt(tasks.create_task)
+            with pytest.raises(HostCallError):
+                await journal.unary_outcome("http_get", [URL], requests.performer("never"))
+            assert requests.sent == 1
+            journal.close()
 
     asyncio.run(scenario())
 
 
 def test_closing_the_journal_ends_an_answer_still_waiting() -> None:
     async def scenario() -> None:
-        journal, requests = Journal(limit=1 << 20), Requests()
-        answer = journal.unary_outcome("http_get", [URL], requests.performer("body"))
-        await asyncio.sleep(0)
-        journal.close()  # the call ended
-        with pytest.raises(asyncio.CancelledError):
-            await answer
-        assert answer.cancelled()
+        async with asyncio.TaskGroup() as tasks:
+            journal, requests = Journal(limit=1 << 20), Requests()
+            journal.begin_attempt(tasks.create_task)
+            answer = journal.unary_outcome("http_get", [URL], requests.performer("body"))
+            await asyncio.sleep(0)
+            journal.close()  # the call ended
+            with pytest.raises(asyncio.CancelledError):
+                await answer
+            assert answer.cancelled()
 
     asyncio.run(scenario())
 
@@ -101,8 +107,9 @@ def test_argument_types_are_checked_on_every_request(args: list[Any], message: s
     async def scenario() -> None:
         policy = EgressPolicy.build("p", urls=(URL,))
         env = EnvResolver.build("p", configured=(), allow=(), tenant_mode=False)
-        async with Egress() as egress:
+        async with Egress() as egress, asyncio.TaskGroup() as tasks:
             host = ProviderHost(egress, policy, env, timeout=5.0)
+            host.begin_attempt(tasks.create_task)
             ok = host.start_call("http_get", [URL, {}])  # a good signature, remembered
             ok.cancel()
             for _ in range(2):
