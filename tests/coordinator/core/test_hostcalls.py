@@ -270,3 +270,33 @@ def test_a_host_wait_ends_at_the_calls_own_deadline_inside_the_worker() -> None:
             assert pool.statistics().exits == 0 and pool.workers()[0].pid == pid  # the worker's own, no kill
 
     run(scenario())
+
+
+def test_a_handlers_own_task_outlives_its_attempt_and_ends_with_the_pool() -> None:
+    """What a handler starts through ``begin_attempt``'s ``spawn`` (a provider's request kept for a
+    re-run) runs in the pool's TaskGroup: past the end of its call, and cancelled as the pool closes."""
+
+    class Keeper(Host):
+        def __init__(self) -> None:
+            super().__init__()
+            self.started = asyncio.Event()
+            self.tasks: list[asyncio.Task[None]] = []
+
+        def begin_attempt(self, spawn: Any) -> None:
+            self.tasks.append(spawn(self.keep()))
+
+        async def keep(self) -> None:
+            self.started.set()
+            await asyncio.sleep(3600)  # a request still running for a re-run that never comes
+
+    async def scenario() -> None:
+        keeper = Keeper()
+        async with Pool(workers=1, spares=0) as pool:
+            handle = await pool.load(PROVIDER, name="p.rhai", kind="provider")
+            assert await pool.call(handle, "fetch", "http://a", host=keeper) == "http_get:http://a"
+            await asyncio.wait_for(keeper.started.wait(), 5)
+            (task,) = keeper.tasks
+            assert not task.done()  # its call has ended: the task runs on
+        assert task.cancelled()  # the pool closed, and nothing of it was left running
+
+    run(scenario())
