@@ -1,8 +1,9 @@
 """Benchmark: proxied inferences through ``rhaipool serve`` against an upstream alone and LiteLLM's proxy.
 
 One run, one machine, one upstream: nginx answering an OpenAI-shaped chat completion from memory
-(``return 200``, no disk, no upstream of its own). wrk, a C load generator, drives in turn, closed
-loop at each connection count (16 and 64 by default):
+(``return 200``, no disk, no upstream of its own). wrk, a C load generator, drives every target in
+turn, closed loop at each connection count (16 and 64 by default), for ``--rounds`` rounds (medians
+printed, with each round's CPU):
 
 - ``upstream``: nginx alone (the ceiling; healthy when at least 20x the fastest gateway's rate);
 - ``native``: ``POST /api/providers/groq/inference`` of ``rhaipool serve``, whose tenant is granted an
@@ -11,14 +12,17 @@ loop at each connection count (16 and 64 by default):
   provider through the OpenAI and Anthropic fronts (``n/a`` while the service answers them 404);
 - ``litellm``: LiteLLM's proxy (its defaults: one worker, no database) against the same nginx, when
   installed in a venv of its own (``--litellm PATH`` or ``$RHAIPOOL_BENCH_LITELLM``; see
-  BENCHMARKS.md for the install command), else printed ``not installed``.
+  BENCHMARKS.md for the install command), else printed ``not installed``;
+- with ``--layers``: the native route with scripts that stop short of ``groq.rhai`` (:data:`LAYERS`),
+  and each layer's CPU.
 
 Each row: requests per second, p50 and p99 (wrk's own histogram), errors, and the CPU per request of
 that gateway's processes read from the kernel (``rhaipool serve`` with its workers; LiteLLM with its
 children; nginx's master and worker). Then each rhaipool route again at half its saturating rate
 (wrk with a per-connection pause), for the p99 a service sized with headroom sees. Run with::
 
-    rhaipool bench gateway [--seconds 10] [--connections 16,64] [--workers 2] [--litellm PATH] [--json]
+    rhaipool bench gateway [--seconds 5] [--rounds 3] [--connections 16,64] [--workers 2]
+                           [--litellm PATH | --no-litellm] [--layers] [--json]
 
 The load generator runs on the same cores; CPU per request is the steady figure, throughput and
 latency carry the machine's load (printed beside them).
@@ -73,8 +77,8 @@ UPSTREAM_PACED_P99_MS = 1.0
 is scheduling, printed but not judged."""
 SETTLE_SECS = 1.0
 """Pause after each wrk run: wrk stops with every connection's request in flight, and the gateway
-finishes them after it left; they must neither count in the next row's CPU nor hold its tenant's
-quota of requests in flight."""
+finishes them after it left; they must neither count in a measured run's CPU (it is read as wrk
+returns) nor hold the tenant's quota of requests in flight."""
 LAYERS = {
     "no-host-call": 'fn initialize(config) { #{} }\nfn inference(state, request) { #{ content: "ok" } }',
     "env-var-call": "fn initialize(config) { #{} }\n"
@@ -176,15 +180,16 @@ def drive(target: Target, connections: int, seconds: float, folder: Path, pause_
         )
         if done.returncode != 0:
             raise RuntimeError(f"wrk exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
-        time.sleep(SETTLE_SECS)
         return done.stdout
 
     wrk(1)
+    time.sleep(SETTLE_SECS)
     load = load_average()
     pids = target.pids()
     before = _cpu(pids)
     out = wrk(seconds)
-    after = _cpu(pids)
+    after = _cpu(pids)  # before the requests wrk left in flight finish: they are not in its count
+    time.sleep(SETTLE_SECS)
     found = _RESULT.search(out)
     if found is None:
         raise RuntimeError(f"wrk printed no result: {out.strip()}")
