@@ -4,20 +4,37 @@
 One limiter per provider name, shared by every call in the coordinator whatever worker runs it, so
 the limits are global. Unlike the reference, ``tokens_per_minute`` is enforced: an attempt waits while
 the last 60 s already hold the allowed number of tokens.
+
+With several coordinators, a limit shared by several tenants (an operator's table granted to many,
+:class:`SharedLimiters`) is divided among the live coordinators: each enforces its share
+(:meth:`RateLimiter.set_share`, :func:`share_of`), so the sum of the shares is the limit. A share
+changes when a coordinator joins or leaves; the windows keep what they hold, so a sliding minute sees
+at most one coordinator's share more than the limit around a change (docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 from coordinator.providers.clock import Clock, MonotonicClock
-from coordinator.providers.config import RateLimit
+from coordinator.providers.config import ProviderTable, RateLimit
 
-__all__ = ["WINDOW_SECS", "Backoff429", "RateLimiter"]
+__all__ = ["WINDOW_SECS", "Backoff429", "RateLimiter", "SharedLimiters", "share_of"]
 
 WINDOW_SECS = 60.0
 _SLACK = 0.05
+_RECHECK_SECS = 1.0
+"""A divided limiter's longest sleep: a waiting request sees a re-division within a second."""
+
+
+def share_of(total: int, rank: int, count: int) -> int:
+    """Coordinator ``rank``'s part of ``total`` among ``count``: an even split, the remainder one each
+    to the first ranks, so the parts add up to ``total`` exactly."""
+    if count < 1 or not 0 <= rank < count:
+        raise ValueError(f"rank {rank} is not one of {count} coordinators")
+    return total // count + (1 if rank < total % count else 0)
 
 
 class RateLimiter:
@@ -25,6 +42,10 @@ class RateLimiter:
 
     def __init__(self, limit: RateLimit, clock: Clock | None = None) -> None:
         self.limit = limit
+        self.requests_allowed = limit.requests_per_minute
+        self.tokens_allowed = limit.tokens_per_minute
+        self.divided = False
+        """Whether this limiter holds a coordinator's share of the limit (:meth:`set_share`)."""
         self.clock = clock or MonotonicClock()
         self._requests: deque[float] = deque()
         self._tokens: deque[tuple[float, int]] = deque()
@@ -32,6 +53,13 @@ class RateLimiter:
         self.waits = 0
         """Requests that had to wait for room in a window (for metrics)."""
         self.waited_seconds = 0.0
+
+    def set_share(self, rank: int, count: int) -> None:
+        """Enforce coordinator ``rank``'s share of the limit among ``count`` live ones (0 of 1: all).
+        What the windows hold stays: requests already sent count against the new share."""
+        self.requests_allowed = share_of(self.limit.requests_per_minute, rank, count)
+        self.tokens_allowed = share_of(self.limit.tokens_per_minute, rank, count)
+        self.divided = count > 1
 
     def _prune(self, now: float) -> None:
         while self._requests and self._requests[0] <= now - WINDOW_SECS:
@@ -43,16 +71,18 @@ class RateLimiter:
         """Seconds until both windows have room, or 0 when they have it now."""
         self._prune(now)
         waits = [0.0]
-        if len(self._requests) >= self.limit.requests_per_minute:
-            waits.append(self._requests[0] + WINDOW_SECS + _SLACK - now)
+        if len(self._requests) >= self.requests_allowed:
+            waits.append(self._requests[0] + WINDOW_SECS + _SLACK - now if self._requests else WINDOW_SECS)
         used = sum(n for _, n in self._tokens)
-        if used >= self.limit.tokens_per_minute:
+        if used >= self.tokens_allowed:
+            waits.append(WINDOW_SECS)  # a share of 0 tokens: until a re-division gives this one some
             for when, n in self._tokens:
                 used -= n
-                if used < self.limit.tokens_per_minute:
-                    waits.append(when + WINDOW_SECS + _SLACK - now)
+                if used < self.tokens_allowed:
+                    waits[-1] = when + WINDOW_SECS + _SLACK - now
                     break
-        return max(waits)
+        wait = max(waits)
+        return min(wait, _RECHECK_SECS) if self.divided and wait > 0 else wait
 
     async def acquire(self) -> None:
         """Wait (first come, first served) until one more request fits, then record it."""
@@ -100,3 +130,48 @@ class Backoff429:
     def on_success(self) -> None:
         """Any 2xx resets the schedule."""
         self.count = 0
+
+
+class SharedLimiters:
+    """The limiters of tables several tenants share (the operator's, granted to many): one per
+    provider, whichever tenant's runtime calls it, divided among the live coordinators (:meth:`divide`).
+
+    ``shared(name, table)`` says whether a table is one of those (the service's: it equals the
+    operator's table of that name); a tenant's own table keeps a limiter of its own, in its runtime.
+    """
+
+    def __init__(self, shared: Callable[[str, ProviderTable], bool], clock: Clock | None = None) -> None:
+        self.shared = shared
+        self.clock = clock or MonotonicClock()
+        self.rank, self.count = 0, 1
+        self._limiters: dict[str, tuple[RateLimit, RateLimiter, Backoff429]] = {}
+
+    def get(self, name: str, table: ProviderTable) -> tuple[RateLimiter, Backoff429] | None:
+        """The shared limiter of this table (made at its first call, at this coordinator's share), or
+        None when the table is not shared or has no ``rate_limit``."""
+        limit = table.rate_limit
+        if limit is None or not self.shared(name, table):
+            return None
+        entry = self._limiters.get(name)
+        if entry is None or entry[0] != limit:
+            limiter = RateLimiter(limit, self.clock)
+            limiter.set_share(self.rank, self.count)
+            entry = self._limiters[name] = (limit, limiter, Backoff429())
+        return entry[1], entry[2]
+
+    def divide(self, rank: int, count: int) -> None:
+        """This coordinator is ``rank`` of ``count`` live ones: every shared limit takes that share."""
+        share_of(0, rank, count)  # the same check
+        if (rank, count) == (self.rank, self.count):
+            return
+        self.rank, self.count = rank, count
+        for _limit, limiter, _backoff in self._limiters.values():
+            limiter.set_share(rank, count)
+
+    def rate_limit_waits(self) -> list[tuple[str, str, int, float]]:
+        """``(provider, cause, waits, seconds)`` of every shared limiter (for metrics)."""
+        rows = []
+        for provider, (_limit, window, backoff) in sorted(self._limiters.items()):
+            rows.append((provider, "window", window.waits, window.waited_seconds))
+            rows.append((provider, "429", backoff.waits, backoff.waited_seconds))
+        return rows

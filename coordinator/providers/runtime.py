@@ -43,7 +43,7 @@ from coordinator.providers.failures import (
 from coordinator.providers.host import ProviderHost
 from coordinator.providers.loader import LoadedProvider, ProviderLoader
 from coordinator.providers.models import Capabilities, ModelInfo, capabilities, parse_models
-from coordinator.providers.ratelimit import Backoff429, RateLimiter
+from coordinator.providers.ratelimit import Backoff429, RateLimiter, SharedLimiters
 from coordinator.providers.request import build_request, prompt_text
 from coordinator.providers.response import Response, StreamChunk, collapse, parse_chunk, parse_response, uint
 from coordinator.providers.retry import InferenceRetryPolicy, run_with_retries
@@ -93,8 +93,11 @@ class ProviderRuntime:
         *,
         clock: Clock | None = None,
         source: ScriptSource | None = None,
+        shared: SharedLimiters | None = None,
     ) -> None:
         self.loader = ProviderLoader(executor, egress, config, source=source)
+        self.shared = shared
+        """The limiters of tables several runtimes share (the service's tenants): they take those."""
         self.executor = executor
         self.egress = egress
         self.clock = clock or MonotonicClock()
@@ -126,6 +129,10 @@ class ProviderRuntime:
 
     def _limiter(self, provider: LoadedProvider) -> tuple[RateLimiter, Backoff429] | None:
         limit = provider.table.rate_limit if provider.table else None
+        if limit is not None and self.shared is not None and provider.table is not None:
+            shared = self.shared.get(provider.name, provider.table)
+            if shared is not None:
+                return shared
         if limit is None:
             self._limiters.pop(provider.name, None)
             return None

@@ -42,9 +42,11 @@ from coordinator.providers.config import (
     parse_provider_table,
     redacted_table,
 )
+from coordinator.providers.ratelimit import SharedLimiters
 from coordinator.service.auth import Tokens
 from coordinator.service.config import ServeConfig, ServiceConfigError, TenantLimits, load_service_config
 from coordinator.service.errors import LimitReached, RouteError
+from coordinator.service.membership import live_coordinators
 from coordinator.service.regions import RegionBook
 from coordinator.service.secrets import Sealer, SecretsUnavailable
 from coordinator.service.storage import ScriptRow, ScriptStamp, Storage, StorageFailed, elsewhere
@@ -107,6 +109,9 @@ class Service:
         self._owning: dict[str, asyncio.Lock] = {}
         self._tenant_rows = asyncio.Lock()  # an admin change and a refresh from the database, one at a time
         self._renewer: asyncio.Task[None] | None = None
+        self.shared_limits = SharedLimiters(lambda name, table: self.config.providers.table(name) == table)
+        """The rate limits of the operator's tables, shared by the tenants granted them (and divided
+        among the live coordinators: :meth:`_divide_shared_limits`)."""
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -208,12 +213,23 @@ class Service:
                 if self.storage.held():
                     await self.storage.renew()
                 await self._refresh_api_tenants()
+                await self._divide_shared_limits()
             except StorageFailed as exc:
                 if self.database_reachable:
                     log.warning("database unreachable, leases not renewed: %s", exc.error)
                 self.database_reachable = False
             else:
                 self.database_reachable = True
+
+    async def _divide_shared_limits(self) -> None:
+        """The operator's rate limits take this coordinator's share among the live ones (read at every
+        renewal, so a coordinator that joins or leaves re-divides them within a renewal period)."""
+        membership = await live_coordinators(self.storage)
+        if (membership.rank, membership.count) != (self.shared_limits.rank, self.shared_limits.count):
+            log.info(
+                "shared rate limits: this coordinator's share is %d of %d", membership.rank, membership.count
+            )
+        self.shared_limits.divide(membership.rank, membership.count)
 
     # -- configuration ---------------------------------------------------------------------------
 
@@ -530,7 +546,7 @@ class Service:
 
     def rate_limit_waits(self) -> list[tuple[str, str, str, int, float]]:
         """``(tenant, provider, cause, waits, seconds)`` of every provider with a rate limit (metrics)."""
-        rows = []
+        rows = [("", *row) for row in self.shared_limits.rate_limit_waits()]  # shared: no one tenant's
         for tenant, runtime in sorted(self._runtimes.items()):
             for provider, cause, waits, seconds in runtime.rate_limit_waits():
                 rows.append((tenant, provider, cause, waits, seconds))
@@ -545,6 +561,7 @@ class Service:
                 self.egress,
                 self._provider_config(tenant),
                 source=TenantScripts(self, tenant),
+                shared=self.shared_limits,
             )
             self._runtimes[tenant] = runtime
         return runtime
