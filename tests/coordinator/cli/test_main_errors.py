@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,22 @@ GOOD_PROVIDER = 'fn initialize(config) { #{} }\nfn inference(state, request) { #
 GOOD_REGION = 'fn render(ctx) { "hi" }\n'
 
 
-def rhaipool(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def rhaipool(*args: str) -> Ran:
+    """``rhaipool ARGS`` run in this process (click's runner, so no interpreter start-up per case): the exit
+    code and both streams as the command wrote them. An exception escaping the command fails the test, as
+    a traceback on stderr would; ``rhaipool_process`` runs the real command line."""
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
+def rhaipool_process(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
     )
@@ -69,7 +85,8 @@ def test_validate_missing_file_json_is_a_validation_document(tmp_path: Path, kin
 
 
 def test_validate_missing_file_plain_is_one_line(tmp_path: Path) -> None:
-    out = rhaipool("validate", str(tmp_path / "nosuch.rhai"), "--kind", "region")
+    """The real command line (a process of its own): one line on stderr, exit 2, no traceback."""
+    out = rhaipool_process("validate", str(tmp_path / "nosuch.rhai"), "--kind", "region")
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "no such file" in out.stderr
 
