@@ -7,12 +7,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from service_support import TOKENS, ServiceProcess
 
 from coordinator._cli.demo import GROQ_SCRIPT
+from coordinator._cli.main import main
 from coordinator.client import AsyncClient, ServiceError
 
 PONG = {"model": "standin-small", "messages": [{"role": "user", "content": "Reply with exactly: PONG"}]}
@@ -62,7 +65,8 @@ def test_unreachable_service_is_status_0() -> None:
     assert failed.value.status == 0
 
 
-def _cli(seeded: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli_process(seeded: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """``rhaipool ARGS --server URL``, the real command line."""
     env = {**os.environ, "RHAIPOOL_TOKEN": TOKENS["acme"]}
     return subprocess.run(
         [sys.executable, "-m", "coordinator", *args, "--server", seeded.url],
@@ -70,10 +74,24 @@ def _cli(seeded: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _cli(seeded: ServiceProcess, *args: str) -> Ran:
+    """``rhaipool ARGS --server URL`` in this process (click's runner; an escaping exception fails)."""
+    env = {"RHAIPOOL_TOKEN": TOKENS["acme"], "RHAIPOOL_SERVER": None, "RHAIPOOL_ADMIN_TOKEN": None}
+    result = CliRunner().invoke(main, [*args, "--server", seeded.url], env=env, catch_exceptions=False)
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
 def test_cli_commands_run_against_the_service(seeded: ServiceProcess, tmp_path: Path) -> None:
     request = tmp_path / "request.json"
     request.write_text(json.dumps(PONG))
-    infer = _cli(seeded, "infer", "--provider", "groq", "--request", str(request), "--json")
+    infer = _cli_process(seeded, "infer", "--provider", "groq", "--request", str(request), "--json")
     assert infer.returncode == 0, infer.stderr
     assert json.loads(infer.stdout)["content"] == "PONG"
     missing = _cli(seeded, "infer", "--provider", "nosuch", "--request", str(request), "--json")
