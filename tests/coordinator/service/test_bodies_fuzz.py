@@ -49,6 +49,17 @@ VALID: dict[str, dict[str, Any]] = {
     "ProviderTable": {"base_url": "https://example.com", "rate_limit": {"requests_per_minute": 1,
                       "tokens_per_minute": 1}, "knob": 1},
     "TenantToken": {"token_sha256": "ab" * 32},
+    "ChatCompletionBody": {
+        "model": "groq/standin-small",
+        "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
+        "max_tokens": 5, "temperature": 0.5, "stop": ["x"],
+        "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}],
+    },
+    "MessagesBody": {
+        "model": "groq/standin-small", "max_tokens": 5, "system": "s",
+        "messages": [{"role": "user", "content": "hi"}], "stop_sequences": ["x"],
+        "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+    },
 }  # fmt: skip
 
 HOSTILE: list[bytes] = [
