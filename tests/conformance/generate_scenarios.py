@@ -211,8 +211,19 @@ over = {
 for key, (body, budget) in over.items():
     S(f"render_budget_sent_{key}", f"fn render(ctx) {{ {body} }}\n", [W("kept"), R], budget=budget)
     S(f"render_budget_sent_{key}_empty", f"fn render(ctx) {{ {body} }}\n", [R], budget=budget)
-S("render_budget_sent_twice", f"fn render(ctx) {{ {PAD.format(n=41)} s }}\n", [W("a"), R, R, W("b"), R], budget=10)
-S("render_budget_sent_persistent", f"fn render(ctx) {{ {PAD.format(n=41)} s }}\n", [W("a"), R], budget=10, persistent=True)
+S(
+    "render_budget_sent_twice",
+    f"fn render(ctx) {{ {PAD.format(n=41)} s }}\n",
+    [W("a"), R, R, W("b"), R],
+    budget=10,
+)
+S(
+    "render_budget_sent_persistent",
+    f"fn render(ctx) {{ {PAD.format(n=41)} s }}\n",
+    [W("a"), R],
+    budget=10,
+    persistent=True,
+)
 
 # ---- docs/scripts/regions.md#renderctx ctx shapes ----------------------------------------------------------
 CTX_RENDER = r"""fn show(v) { `${type_of(v)}:${v}` }
