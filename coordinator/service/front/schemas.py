@@ -116,7 +116,10 @@ def check_extra(extra: dict[str, Any]) -> dict[str, Any]:
 
 # -- replies (documented in openapi.json; the service does not validate its own replies) ----------
 
+_REPLY: Final = ConfigDict(extra="forbid")
 
+
+@with_config(_REPLY)
 class ChatCompletionReply(TypedDict):
     """A ``chat.completion``: ``choices[0].message`` has ``content`` and ``tool_calls`` (JSON-string
     arguments); ``finish_reason`` is ``stop``, ``tool_calls`` or ``length``."""
@@ -129,6 +132,7 @@ class ChatCompletionReply(TypedDict):
     usage: dict[str, Any]
 
 
+@with_config(_REPLY)
 class ModelsReply(TypedDict):
     """``PROVIDER/ID`` rows (OpenAI's list; with an ``anthropic-version`` header, Anthropic's)."""
 
@@ -136,6 +140,7 @@ class ModelsReply(TypedDict):
     data: list[dict[str, Any]]
 
 
+@with_config(_REPLY)
 class MessageReply(TypedDict):
     """A Messages API ``message``: ``text`` and ``tool_use`` blocks, ``stop_reason``, ``usage``."""
 
@@ -149,12 +154,14 @@ class MessageReply(TypedDict):
     usage: dict[str, int]
 
 
+@with_config(_REPLY)
 class InputTokens(TypedDict):
     """The provider's count of the prompt."""
 
     input_tokens: int
 
 
+@with_config(_REPLY)
 class OpenAIErrorDetail(TypedDict):
     message: str
     type: str
@@ -162,17 +169,20 @@ class OpenAIErrorDetail(TypedDict):
     code: str | None
 
 
+@with_config(_REPLY)
 class OpenAIErrorReply(TypedDict):
     """An error in the OpenAI API's shape."""
 
     error: OpenAIErrorDetail
 
 
+@with_config(_REPLY)
 class AnthropicErrorDetail(TypedDict):
     type: str
     message: str
 
 
+@with_config(_REPLY)
 class AnthropicErrorReply(TypedDict):
     """An error in the Anthropic API's shape."""
 

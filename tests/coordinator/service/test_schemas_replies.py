@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 from service_support import ADMIN, TOKENS, ServiceProcess
 
 from coordinator._cli.demo import GROQ_SCRIPT
+from coordinator.service.front.schemas import AnthropicErrorReply, OpenAIErrorReply
 from coordinator.service.openapi import API, Endpoint
 from coordinator.service.schemas import ErrorReply, ProviderErrorReply
 
@@ -56,6 +57,11 @@ CALLS: dict[tuple[str, str], tuple[str, Any, str | None]] = {
     ("POST", "/api/admin/reload"): ("/api/admin/reload", None, None),
     ("GET", "/api/admin/tenants"): ("/api/admin/tenants", None, None),
     ("PUT", "/api/admin/tenants/{tenant}"): ("/api/admin/tenants/replies", {"token_sha256": "cd" * 32}, None),
+    ("POST", "/v1/chat/completions"): ("/v1/chat/completions", {**PONG, "model": "groq/standin"}, "acme"),
+    ("GET", "/v1/models"): ("/v1/models", None, "acme"),
+    ("GET", "/v1/models/{model}"): ("/v1/models/groq/standin-small", None, "acme"),
+    ("POST", "/v1/messages"): ("/v1/messages", {**PONG, "model": "groq/standin", "max_tokens": 9}, "acme"),
+    ("POST", "/v1/messages/count_tokens"): ("/v1/messages/count_tokens", {**PONG, "model": "groq/m"}, "acme"),
 }  # fmt: skip
 """A request whose success reply each route's schema must describe (token: a tenant, or None for the
 admin token where the route needs one); the order is the one the calls depend on."""
@@ -91,6 +97,8 @@ def test_success_replies_match_their_schemas(service: ServiceProcess) -> None:
         ("PUT", "/api/scripts/region_hook/x", {"contnt": ""}, ErrorReply),
         ("POST", "/api/providers/nope/inference", PONG, ProviderErrorReply),
         ("POST", "/api/providers/groq/inference", {"mesages": []}, ProviderErrorReply),
+        ("POST", "/v1/chat/completions", {**PONG, "model": "nope/m"}, OpenAIErrorReply),
+        ("POST", "/v1/messages", {"model": "groq/m", "mesages": []}, AnthropicErrorReply),
     ],
 )
 def test_error_replies_match_their_schemas(
