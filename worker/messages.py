@@ -1,7 +1,7 @@
 """A call's messages on the worker's side: its RESULT or ERROR frames out.
 
-A CALL is read by ``proto.decode`` into a ``proto.Call`` (a named tuple: cheap to build once per call)
-and its RESULT written by ``proto.encode``, the wire's one reader and writer of each message.
+A CALL the native lane does not run is read by ``proto.decode`` into a ``proto.Call``, and its RESULT
+written by ``proto.encode``: the wire's one reader and one writer of each message in Python.
 """
 
 from __future__ import annotations
