@@ -14,6 +14,7 @@ import contextlib
 import random
 import signal
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -188,10 +189,16 @@ def test_kill_9_of_the_owner_loses_no_acknowledged_write_and_the_other_takes_ove
     acked: list[int] = []
     maybe: list[int] = []
     takeovers: list[float] = []
+    killed: list[float] = []  # when each kill -9 was sent
     owner, i = 0, 0
     try:
         for _kill in range(4):
-            timer = threading.Timer(rng.uniform(0.3, 1.5), live[owner].process.kill)
+
+            def kill(process: subprocess.Popen[bytes] = live[owner].process) -> None:
+                killed.append(time.monotonic())
+                process.kill()
+
+            timer = threading.Timer(rng.uniform(0.3, 1.5), kill)
             timer.start()
             with live[owner].client("acme") as c:
                 while True:
@@ -205,9 +212,9 @@ def test_kill_9_of_the_owner_loses_no_acknowledged_write_and_the_other_takes_ove
                     i += 1
             timer.join()
             live[owner].kill9()
-            died, owner = time.monotonic(), 1 - owner
+            owner = 1 - owner
             _wait(_serves(live[owner]), 4 * LEASE, "a take-over")
-            takeovers.append(time.monotonic() - died)
+            takeovers.append(time.monotonic() - killed[-1])
             live[1 - owner] = _start(folders[1 - owner], url)  # back, as the spare
         entries = _entries(live[owner])
     finally:
