@@ -1,7 +1,7 @@
 //! Token counts in tiktoken's BPEs, from the `tiktoken-rs` crate (the ranks are embedded in it, so
 //! counting needs no file and no network, inside the sandbox too).
 //!
-//! This is the count the reference runtime gives for OpenAI models (docs/scripts/providers.md#count_tokensstate-text-model): the model's own BPE
+//! This is the count the reference runtime gives for `OpenAI` models (docs/scripts/providers.md#count_tokensstate-text-model): the model's own BPE
 //! from tiktoken-rs's model table, `cl100k_base` for a name the table does not know, and the text
 //! encoded with special tokens allowed, so a `<|endoftext|>` in it is one token and never an error.
 
