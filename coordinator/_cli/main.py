@@ -243,6 +243,15 @@ def bench_gateway(ctx: click.Context) -> None:
     run(ctx.args)
 
 
+@bench.command("coordinators", context_settings=_PASSTHROUGH)
+@click.pass_context
+def bench_coordinators(ctx: click.Context) -> None:
+    """1, 2 and 3 coordinators over PostgreSQL behind HAProxy, and kill -9 failover (--kills, --json)."""
+    from coordinator.bench.coordinators import main as run
+
+    run(ctx.args)
+
+
 @bench.command("nodes", context_settings=_PASSTHROUGH)
 @click.pass_context
 def bench_nodes(ctx: click.Context) -> None:
