@@ -12,9 +12,10 @@ fingerprint of the request (method, path, query and body sha256). A later reques
 
 The key is recorded (claimed) before the request runs and its answer after, so a request applies at
 most once per key even across a crash. Answers with a 5xx status release the key (nothing was
-applied: the retry runs), and so do streams and bodies over the size limit, whose answers are not
-kept. Keys are kept for :data:`TTL_SECS`. The caller is the token's tenant (or the admin), so
-tenants' keys never meet.
+applied: the retry runs), and so do a ``429`` (a quota or a rate limit refused the request before it
+applied; replaying it would refuse every retry of a request that may now succeed) and streams and
+bodies over the size limit, whose answers are not kept. Keys are kept for :data:`TTL_SECS`. The
+caller is the token's tenant (or the admin), so tenants' keys never meet.
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ class Idempotency:
         status = int(start.get("status", 500))
         storage = self.service.storage
         try:
-            if status >= 500 or streaming[0] or more:
+            if status >= 500 or status == 429 or streaming[0] or more:
                 await storage.release_idempotency_key(*slot)
                 return
             headers = [

@@ -103,6 +103,29 @@ def test_an_idempotency_key_applies_a_retried_write_once(tmp_path: Path) -> None
         assert service.stop() == 0
 
 
+def test_a_429_releases_its_key_so_the_retry_runs_once_room_is_made(tmp_path: Path) -> None:
+    """A quota's 429 applied nothing: replaying it would refuse every retry, so the key is released
+    and the retry, once the tenant made room, runs (and is then kept like any answer)."""
+    port = free_port()
+    config = write_config(tmp_path, port=port, workers=1, extra="[serve.tenant_defaults]\nmax_regions = 1")
+    service = ServiceProcess.start(config, port)
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("first", script="log", budget=1000)
+        key = {"Idempotency-Key": "open-second", **AUTH}
+        body = {"name": "second", "script": "log", "budget": 1000}
+        refused = httpx.post(f"{service.url}/api/regions", json=body, headers=key)
+        assert refused.status_code == 429, refused.text
+        assert httpx.delete(f"{service.url}/api/regions/first", headers=AUTH).status_code == 204
+        opened = httpx.post(f"{service.url}/api/regions", json=body, headers=key)
+        assert opened.status_code in (200, 201) and "idempotent-replayed" not in opened.headers, opened.text
+        replay = httpx.post(f"{service.url}/api/regions", json=body, headers=key)
+        assert replay.status_code == opened.status_code and replay.headers["idempotent-replayed"] == "true"
+    finally:
+        assert service.stop() == 0
+
+
 def test_a_key_whose_first_request_was_cut_short_never_applies_twice(tmp_path: Path) -> None:
     """The key is claimed before its request runs: a request a crash cut short (claimed, unanswered)
     is never run again under that key, and the refusal says why; a 5xx releases the key."""
