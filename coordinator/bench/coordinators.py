@@ -152,6 +152,35 @@ def _failover(cluster: Cluster, kills: int) -> list[float]:
     return gaps
 
 
+def _fence_cost(url: str, writes: int = 1500) -> dict[str, float]:
+    """CPU per write of one statement through :class:`Storage` on PostgreSQL, unfenced (one coordinator's
+    semantics, no lease) and fenced (the lease's epoch checked in the same transaction): what the
+    coordination adds to each durable write, measured in this process."""
+    from coordinator.service.storage import Storage
+
+    async def per_write(storage: Storage) -> float:
+        began = time.process_time()
+        for i in range(writes):
+            await storage.put_script("bench", "region_hook", f"s{i % 50}", f"// {i}")
+        return (time.process_time() - began) / writes * 1000
+
+    async def both() -> dict[str, float]:
+        plain = Storage(_fresh(url))
+        fenced = Storage(_fresh(url), owner="bench-coordinator")
+        try:
+            await fenced.acquire("bench")
+            a, b = await per_write(plain), await per_write(fenced)
+            a, b = min(a, await per_write(plain)), min(b, await per_write(fenced))
+        finally:
+            plain.close()
+            fenced.close()
+        return {"unfenced_cpu_ms_per_write": a, "fenced_cpu_ms_per_write": b}
+
+    import asyncio
+
+    return asyncio.run(both())
+
+
 @contextlib.contextmanager
 def _postgres(url: str | None) -> Iterator[str]:
     """The given database, or a throw-away server (initdb in a temporary folder, as ``postgres``)."""
@@ -221,6 +250,7 @@ def run_benchmark(seconds: float, kills: int, lease: float, database: str | None
                 print(_line(rows[-1]), file=sys.stderr)
                 if count == 1 and where == "":
                     report["idle_coordination"] = _idle_coordination(cluster, 5.0)
+                    report["fence"] = _fence_cost(server)
                 if count == 3 and kills:
                     gaps = _failover(cluster, kills)
                     finite = [g for g in gaps if g != float("inf")]
@@ -266,6 +296,13 @@ def _print(report: dict[str, Any]) -> None:
         print(
             f"idle coordinator holding {idle['leases_held']} leases: "
             f"{idle['cpu_ms_per_second']:.2f} ms of CPU per second"
+        )
+    fence = report.get("fence")
+    if fence:
+        print(
+            "one write through the storage on PostgreSQL: "
+            f"{fence['unfenced_cpu_ms_per_write']:.3f} ms of CPU unfenced, "
+            f"{fence['fenced_cpu_ms_per_write']:.3f} ms fenced by the lease's epoch"
         )
     failover = report.get("failover")
     if failover and failover["p50_s"] is not None:
