@@ -4,13 +4,13 @@ By model id prefix (docs/scripts/providers.md#count_tokensstate-text-model): ``g
 tiktoken with the model's BPE, else cl100k_base (the ``tiktoken-rs`` crate inside our binding, the reference's
 own tokenizer: its model table decides the BPE, and its ranks are embedded, so this works offline);
 ``claude-`` → ceil(bytes/3.5) in f32; ``gemini-`` and anything else → ceil(bytes/4). The arithmetic and the
-tiktoken counter are ``proto.tokens``, the same the worker's ``count_tokens_heuristic`` runs; this module only
-maps a model id to a family.
+tiktoken counter are ``contract.tokens``, the same the worker's ``count_tokens_heuristic`` runs; this
+module only maps a model id to a family.
 """
 
 from __future__ import annotations
 
-from proto.tokens import Family, estimate, quarter_bytes
+from contract.tokens import Family, estimate, quarter_bytes
 
 __all__ = ["count_by_model", "estimate_bytes", "family_for"]
 

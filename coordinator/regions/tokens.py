@@ -14,14 +14,14 @@ from typing import Any
 
 import rhai
 
+from contract.tokens import quarter_bytes
 from coordinator.regions.model import Message, SystemBlock
-from proto.tokens import quarter_bytes
 
 __all__ = ["compact_json", "estimate_tokens", "render_cost"]
 
 
 estimate_tokens = quarter_bytes
-"""``ceil(len(text.encode()) / 4)``: ``""`` is 0, ``"abc"`` 1, ``"abcde"`` 2 (``proto.tokens``, the same
+"""``ceil(len(text.encode()) / 4)``: ``""`` is 0, ``"abc"`` 1, ``"abcde"`` 2 (``contract.tokens``, the same
 arithmetic as the worker's ``count_tokens`` helper)."""
 
 

@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 import rhai
 
+from contract import tokens
 from contract.text import RUST_WHITESPACE
-from proto import tokens
 
 __all__ = [
     "FUNCTIONS",
@@ -76,7 +76,7 @@ def decode_base64(text: str) -> str:
 def count_tokens_heuristic(text: str, hint: str) -> int:
     """openai → cl100k; anthropic → ceil(bytes/3.5) in f32; gemini and anything else → ceil(bytes/4).
 
-    The arithmetic is ``proto.tokens``, shared with the coordinator's own fallback count
+    The arithmetic is ``contract.tokens``, shared with the coordinator's own fallback count
     (docs/scripts/providers.md#count_tokensstate-text-model)."""
     return tokens.estimate(text, hint)
 

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from contract.text import RUST_WHITESPACE
-from proto.tokens import quarter_bytes
+from contract.tokens import quarter_bytes
 from proto.vocabulary import rhai_type_name
 
 __all__ = ["FUNCTIONS", "SIGNATURES", "rhai_to_string"]

@@ -5,14 +5,15 @@ script without a usable ``count_tokens`` runs in the host.
 docs/scripts/providers.md#count_tokensstate-text-model makes them the same arithmetic, and a region's
 ``count_tokens`` helper is the same ``ceil(bytes / 4)`` the coordinator budgets with
 (docs/scripts/regions.md#budgets-and-token-estimates), so all of it lives here, below both, and
-``tests/proto/test_tokens.py`` ties the callers to it.
+``tests/contract/test_tokens.py`` ties the callers to it.
 
 The OpenAI rule is tiktoken's BPE as the ``tiktoken-rs`` crate computes it, the crate the reference
 runtime counts with, compiled into our binding (``rhai.tiktoken_count``; its ranks are embedded, so it
 works offline and in the sandbox): the model picks its BPE from tiktoken-rs's own model table, and a
 model the table does not know counts in ``cl100k_base``, exactly as the reference's tokenizer does.
-This is the one ``proto`` module that imports beyond the standard library and msgpack, and it imports
-``rhai`` lazily, on the first count that needs it, so ``proto`` itself still loads without the binding.
+This is the one ``contract`` module that imports beyond the standard library and ``proto``, and it
+imports ``rhai`` lazily, on the first count that needs it, so ``contract`` itself loads without the
+binding.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import rhai
 
+from contract import tokens
 from coordinator.providers.tokens import count_by_model, family_for
 from coordinator.regions.tokens import estimate_tokens
-from proto import tokens
 from worker.functions.provider import count_tokens_heuristic
 from worker.functions.region import count_tokens
 
