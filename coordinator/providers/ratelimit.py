@@ -84,17 +84,20 @@ class RateLimiter:
         wait = max(waits)
         return min(wait, _RECHECK_SECS) if self.divided and wait > 0 else wait
 
-    async def acquire(self) -> None:
-        """Wait (first come, first served) until one more request fits, then record it."""
+    async def acquire(self) -> float:
+        """Wait (first come, first served) until one more request fits, then record it; the seconds
+        waited (0.0 when there was room)."""
         async with self._lock:
             waited = False
+            slept = 0.0
             while True:
                 wait = self._wait_needed(self.clock.now())
                 if wait <= 0:
                     self._requests.append(self.clock.now())
-                    return
+                    return slept
                 self.waits += 0 if waited else 1
                 self.waited_seconds += wait
+                slept += wait
                 waited = True
                 await self.clock.sleep(wait)
 
@@ -138,15 +141,16 @@ class SharedLimiters:
 
     ``shared(name, table)`` says whether a table is one of those (the service's: it equals the
     operator's table of that name); a tenant's own table keeps a limiter of its own, in its runtime.
+    Only the windows are shared: each runtime keeps its own 429 backoff and counts its own waits.
     """
 
     def __init__(self, shared: Callable[[str, ProviderTable], bool], clock: Clock | None = None) -> None:
         self.shared = shared
         self.clock = clock or MonotonicClock()
         self.rank, self.count = 0, 1
-        self._limiters: dict[str, tuple[RateLimit, RateLimiter, Backoff429]] = {}
+        self._limiters: dict[str, tuple[RateLimit, RateLimiter]] = {}
 
-    def get(self, name: str, table: ProviderTable) -> tuple[RateLimiter, Backoff429] | None:
+    def get(self, name: str, table: ProviderTable) -> RateLimiter | None:
         """The shared limiter of this table (made at its first call, at this coordinator's share), or
         None when the table is not shared or has no ``rate_limit``."""
         limit = table.rate_limit
@@ -156,8 +160,8 @@ class SharedLimiters:
         if entry is None or entry[0] != limit:
             limiter = RateLimiter(limit, self.clock)
             limiter.set_share(self.rank, self.count)
-            entry = self._limiters[name] = (limit, limiter, Backoff429())
-        return entry[1], entry[2]
+            entry = self._limiters[name] = (limit, limiter)
+        return entry[1]
 
     def divide(self, rank: int, count: int) -> None:
         """This coordinator is ``rank`` of ``count`` live ones: every shared limit takes that share."""
@@ -165,13 +169,5 @@ class SharedLimiters:
         if (rank, count) == (self.rank, self.count):
             return
         self.rank, self.count = rank, count
-        for _limit, limiter, _backoff in self._limiters.values():
+        for _limit, limiter in self._limiters.values():
             limiter.set_share(rank, count)
-
-    def rate_limit_waits(self) -> list[tuple[str, str, int, float]]:
-        """``(provider, cause, waits, seconds)`` of every shared limiter (for metrics)."""
-        rows = []
-        for provider, (_limit, window, backoff) in sorted(self._limiters.items()):
-            rows.append((provider, "window", window.waits, window.waited_seconds))
-            rows.append((provider, "429", backoff.waits, backoff.waited_seconds))
-        return rows

@@ -102,6 +102,7 @@ class ProviderRuntime:
         self.egress = egress
         self.clock = clock or MonotonicClock()
         self._limiters: dict[str, tuple[Any, RateLimiter, Backoff429]] = {}
+        self._window_waits: dict[str, tuple[int, float]] = {}
         self._gates: dict[str, tuple[int, asyncio.Semaphore]] = {}
         self._capabilities: dict[
             tuple[str, str, str], tuple[LoadedProvider, ProvidersConfig, Capabilities]
@@ -129,18 +130,26 @@ class ProviderRuntime:
 
     def _limiter(self, provider: LoadedProvider) -> tuple[RateLimiter, Backoff429] | None:
         limit = provider.table.rate_limit if provider.table else None
-        if limit is not None and self.shared is not None and provider.table is not None:
-            shared = self.shared.get(provider.name, provider.table)
-            if shared is not None:
-                return shared
         if limit is None:
             self._limiters.pop(provider.name, None)
             return None
+        shared = None
+        if self.shared is not None and provider.table is not None:
+            shared = self.shared.get(provider.name, provider.table)
         entry = self._limiters.get(provider.name)
-        if entry is None or entry[0] != limit:
-            entry = (limit, RateLimiter(limit, self.clock), Backoff429())
+        if entry is None or entry[0] != limit or (shared is not None and entry[1] is not shared):
+            entry = (limit, shared or RateLimiter(limit, self.clock), Backoff429())
             self._limiters[provider.name] = entry
+            self._window_waits[provider.name] = (0, 0.0)
         return entry[1], entry[2]
+
+    async def _acquire(self, provider: str, limiter: RateLimiter) -> None:
+        """Room in the limiter's windows; the wait counted as this runtime's (a shared limiter's
+        waits are told apart by the runtime, so by tenant, that waited)."""
+        waited = await limiter.acquire()
+        if waited > 0:
+            count, seconds = self._window_waits.get(provider, (0, 0.0))
+            self._window_waits[provider] = (count + 1, seconds + waited)
 
     def rate_limit_waits(self) -> list[tuple[str, str, int, float]]:
         """``(provider, cause, waits, seconds)`` of every provider with a rate limit (for metrics).
@@ -148,8 +157,9 @@ class ProviderRuntime:
         ``cause`` is ``window`` (its RPM/TPM windows were full) or ``429`` (the API answered 429).
         """
         rows = []
-        for provider, (_limit, window, backoff) in sorted(self._limiters.items()):
-            rows.append((provider, "window", window.waits, window.waited_seconds))
+        for provider, (_limit, _window, backoff) in sorted(self._limiters.items()):
+            waits, seconds = self._window_waits.get(provider, (0, 0.0))
+            rows.append((provider, "window", waits, seconds))
             rows.append((provider, "429", backoff.waits, backoff.waited_seconds))
         return rows
 
@@ -314,7 +324,7 @@ class ProviderRuntime:
         """One attempt: HTTP requests get ``timeout`` each; the script call may use the job's ``budget``."""
         limits = self._limiter(provider)
         if limits is not None:
-            await limits[0].acquire()
+            await self._acquire(provider.name, limits[0])
         with self._serving(self._host(provider, timeout, limits[1] if limits else None, tenant)) as host:
             value = await self.executor.call(
                 provider.handle, "inference", [provider.state, request], host=host, timeout=budget,
@@ -401,7 +411,7 @@ class ProviderRuntime:
         limits = self._limiter(provider)
         if limits is not None:
             try:
-                await cap.run(limits[0].acquire())
+                await cap.run(self._acquire(provider.name, limits[0]))
             except ProviderError as exc:
                 yield exc
                 return

@@ -546,7 +546,7 @@ class Service:
 
     def rate_limit_waits(self) -> list[tuple[str, str, str, int, float]]:
         """``(tenant, provider, cause, waits, seconds)`` of every provider with a rate limit (metrics)."""
-        rows = [("", *row) for row in self.shared_limits.rate_limit_waits()]  # shared: no one tenant's
+        rows = []
         for tenant, runtime in sorted(self._runtimes.items()):
             for provider, cause, waits, seconds in runtime.rate_limit_waits():
                 rows.append((tenant, provider, cause, waits, seconds))

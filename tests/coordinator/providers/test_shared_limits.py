@@ -119,8 +119,8 @@ def test_tenants_of_one_coordinator_share_the_operators_table_and_not_their_own(
     own = ProviderTable("groq", rate_limit=RateLimit(10, 1000), forwarded=(("base_url", "x"),))
     shared = SharedLimiters(lambda name, table: table == operator)
     first, second = shared.get("groq", operator), shared.get("groq", operator)
-    assert first is not None and second is not None and first[0] is second[0]
+    assert first is not None and first is second
     assert shared.get("groq", own) is None
     shared.divide(1, 3)
-    assert (first[0].requests_allowed, first[0].tokens_allowed) == (3, 333)
+    assert (first.requests_allowed, first.tokens_allowed) == (3, 333)
     assert ProviderTable("other").rate_limit is None and shared.get("other", ProviderTable("other")) is None
