@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from coordinator._core.config import DEFAULT_TENANT_MAX_SCRIPT_BYTES, DEFAULT_TENANT_MAX_SCRIPTS
 from coordinator.egress import EgressConfigError, OperatorEgress, parse_operator_egress
@@ -115,7 +116,7 @@ SERVE_KEYS: Final = (
     "max_body_bytes", "max_header_bytes", "grace_secs", "workers", "local_workers",
     "secrets_key_file", "tenant_retention_days", "tenant_defaults", "egress",
     "header_timeout_secs", "body_timeout_secs", "idle_timeout_secs", "max_connections",
-    "max_connections_per_address", "fd_reserve", "models_cache_secs", "lease_secs",
+    "max_connections_per_address", "fd_reserve", "models_cache_secs", "lease_secs", "advertise_url",
 )  # fmt: skip
 """Every key ``[serve]`` may hold (another is refused, with the nearest of these)."""
 
@@ -133,6 +134,11 @@ class ServeConfig:
     file's folder, where relative paths of provider tables start)."""
     lease_secs: float = 10.0
     """With ``database_url``: how long a tenant's lease lasts unrenewed (renewed every third of it)."""
+    advertise_url: str | None = None
+    """With ``database_url``: where the other coordinators reach this one (``[serve] advertise_url``, or
+    ``listen``'s address; ``None`` when it listens on every interface: then the address this machine
+    reaches the database from, found at start-up). A request for a tenant this coordinator owns is
+    forwarded there."""
     admin_token_sha256: str | None = None
     metrics_token_sha256: str | None = None
     """A token that may read ``/metrics`` (and nothing else); the admin token may too."""
@@ -185,6 +191,34 @@ def _listen(value: Any) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ServiceConfigError(f'[serve] listen must be "HOST:PORT", got {value!r}')
     return host.strip("[]"), int(port)
+
+
+def _advertise_url(value: Any, host: str, port: int, tls: bool) -> str | None:
+    """``[serve] advertise_url`` checked (``http(s)://HOST[:PORT]``, no path), or the one ``listen``
+    gives (None when it listens on every interface: the service finds its address at start-up)."""
+    if value is None:
+        if host in ("", "0.0.0.0", "::"):
+            return None
+        return f"{'https' if tls else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
+    if not isinstance(value, str):
+        raise ServiceConfigError('[serve] advertise_url must be a URL such as "http://10.0.0.5:8765"')
+    parts = urlsplit(value)
+    try:
+        bad_port = parts.port is None and parts.netloc.endswith(":")
+    except ValueError:
+        bad_port = True
+    if (
+        bad_port
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.path.strip("/")
+        or parts.query
+        or parts.username is not None
+    ):
+        raise ServiceConfigError(
+            f'[serve] advertise_url must be "http(s)://HOST:PORT" (no path), got {value!r}'
+        )
+    return value.rstrip("/")
 
 
 def _path(value: Any, where: str, base: Path) -> Path:
@@ -335,6 +369,7 @@ def parse_service_config(data: dict[str, Any], base: Path) -> ServeConfig:
         database=_database(serve.get("database", "rhaipool.db"), base),
         database_url=_database_url(serve.get("database")),
         lease_secs=float(_positive(serve.get("lease_secs", 10.0), "[serve] lease_secs")),
+        advertise_url=_advertise_url(serve.get("advertise_url"), host, port, cert is not None),
         admin_token_sha256=None if admin is None else check_sha256(admin, "[serve] admin_token_sha256"),
         metrics_token_sha256=None
         if metrics is None

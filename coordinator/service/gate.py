@@ -22,9 +22,11 @@ from typing import Any, Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.service.errors import StorageFailed
+from coordinator.service.forward import HOP, elsewhere, refusal
 from coordinator.service.metrics import Metrics
 from coordinator.service.observer import current_request
 from coordinator.service.state import Service
+from coordinator.service.storage import Lease
 
 __all__ = ["EXEMPT", "Gate"]
 
@@ -52,6 +54,8 @@ class Gate:
         self._cut: dict[asyncio.Task[Any], bytes] = {}
         self._idle = asyncio.Event()
         self._idle.set()
+        self._holders: dict[str, tuple[float, Lease | None]] = {}  # tenant -> when asked, who held it
+        self._forwards: dict[str, int] = {}  # tenant -> its requests being forwarded now
 
     @property
     def inflight(self) -> int:
@@ -74,10 +78,13 @@ class Gate:
             return
         if self.service.leased:  # several coordinators: serve a tenant only under its lease
             try:
-                await self.service.own(tenant)
+                lease = await self.service.own(tenant)
             except StorageFailed as exc:
                 refusal = json.dumps({"error": exc.error}).encode()
                 await _answer(send, exc.status, refusal, ((b"retry-after", b"5"),))
+                return
+            if lease is not None:  # another live coordinator's: the request goes there (forward.py)
+                await self._forward(lease, scope, receive, send)
                 return
         limit = self.service.limits(tenant).max_connections
         held = self._per_tenant.get(tenant, 0)
@@ -97,6 +104,49 @@ class Gate:
             else:
                 del self._per_tenant[tenant]
 
+    async def _forward(self, lease: Lease, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer with the owner's reply, counted and drained like a call served here; a request that
+        was forwarded already, or one whose owner's address is this coordinator's, is refused."""
+        forwarder = self.service.forwarder
+        if forwarder is None or lease.url == self.service.storage.url:
+            why = ", whose address is this coordinator's"
+        elif any(key == HOP for key, _ in scope["headers"]):
+            why = "; this request was forwarded here already: its lease moved while it travelled"
+        else:
+            scope["endpoint"] = forwarded
+
+            every = self.service.storage.lease_secs / 3
+
+            async def still_owner() -> bool:
+                return await self._still_owner(lease, every / 2)
+
+            async def relay(scope: Scope, receive: Receive, send: Send) -> None:
+                await forwarder.forward(lease, scope, receive, send, still_owner, every)
+
+            self._forwards[lease.tenant] = self._forwards.get(lease.tenant, 0) + 1
+            try:
+                await self._track(scope, receive, send, lease.tenant, relay)
+            finally:
+                left = self._forwards.pop(lease.tenant) - 1
+                if left:
+                    self._forwards[lease.tenant] = left
+                else:
+                    self._holders.pop(lease.tenant, None)
+            return
+        await _answer(send, *refusal(elsewhere(lease, why)))
+
+    async def _still_owner(self, lease: Lease, fresh: float) -> bool:
+        """Whether ``lease`` is still the tenant's (asked once per ``fresh`` seconds, whatever the number
+        of forwards waiting); an expired lease is taken here, so its epoch moves."""
+        asked, holder = self._holders.get(lease.tenant, (0.0, None))
+        if time.monotonic() - asked >= fresh:
+            try:
+                holder = await self.service.own(lease.tenant)
+            except StorageFailed:
+                return True  # the database cannot tell: the owner may still answer
+            self._holders[lease.tenant] = (time.monotonic(), holder)
+        return holder is not None and (holder.owner, holder.epoch) == (lease.owner, lease.epoch)
+
     def _tenant(self, scope: Scope) -> str | None:
         """The tenant the request's bearer token names, if any (the routes check it again)."""
         for key, value in scope["headers"]:
@@ -112,7 +162,14 @@ class Gate:
                 self._cut[task] = _REVOKED
                 task.cancel()
 
-    async def _track(self, scope: Scope, receive: Receive, send: Send, tenant: str | None = None) -> None:
+    async def _track(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        tenant: str | None = None,
+        app: ASGIApp | None = None,
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         started = [False]
@@ -133,7 +190,7 @@ class Gate:
         self._idle.clear()
         begun = time.perf_counter()
         try:
-            await self.app(scope, receive, sending)
+            await (self.app if app is None else app)(scope, receive, sending)
         except asyncio.CancelledError:
             reason = self._cut.get(task)
             if reason is None:
@@ -176,6 +233,10 @@ class Gate:
                 task.cancel()
             await asyncio.sleep(0)
             return len(stragglers)
+
+
+def forwarded() -> None:
+    """The name a forwarded call is counted under (its route runs on the tenant's owner)."""
 
 
 def _log_call(

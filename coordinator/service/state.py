@@ -46,10 +46,11 @@ from coordinator.providers.ratelimit import SharedLimiters
 from coordinator.service.auth import Tokens
 from coordinator.service.config import ServeConfig, ServiceConfigError, TenantLimits, load_service_config
 from coordinator.service.errors import LimitReached, RouteError
+from coordinator.service.forward import Forwarder, advertised
 from coordinator.service.membership import live_coordinators
 from coordinator.service.regions import RegionBook
 from coordinator.service.secrets import Sealer, SecretsUnavailable
-from coordinator.service.storage import ScriptRow, ScriptStamp, Storage, StorageFailed, elsewhere
+from coordinator.service.storage import Lease, ScriptRow, ScriptStamp, Storage, StorageFailed
 from coordinator.service.validation import Validator
 
 __all__ = ["Service", "TenantScripts"]
@@ -109,6 +110,8 @@ class Service:
         self._owning: dict[str, asyncio.Lock] = {}
         self._tenant_rows = asyncio.Lock()  # an admin change and a refresh from the database, one at a time
         self._renewer: asyncio.Task[None] | None = None
+        self.forwarder: Forwarder | None = None
+        """With several coordinators: the pooled client that forwards a request to its tenant's owner."""
         self.shared_limits = SharedLimiters(lambda name, table: self.config.providers.table(name) == table)
         """The rate limits of the operator's tables, shared by the tenants granted them (and divided
         among the live coordinators: :meth:`_divide_shared_limits`)."""
@@ -122,8 +125,19 @@ class Service:
             self.storage = Storage(self.config.database)
         else:
             owner = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
-            self.storage = Storage(self.config.database_url, owner=owner, lease_secs=self.config.lease_secs)
+            self.storage = Storage(
+                self.config.database_url,
+                owner=owner,
+                lease_secs=self.config.lease_secs,
+                url=advertised(self.config),
+            )
             self.storage.on_lost = self._drop_tenant
+            links = self.config.connections
+            read_secs = max(self.config.providers.call_timeout_secs, links.body_timeout_secs) + 30.0
+            self.forwarder = Forwarder(
+                owner, read_secs, links.max_connections_per_address, links.idle_timeout_secs
+            )
+            await self.forwarder.start()
         self._load_tenants()
         self._config_stamp = self._stamp()
         options = {"workers": self.config.workers, **self.pool_options}
@@ -156,30 +170,33 @@ class Service:
                 await self._renewer
             with contextlib.suppress(StorageFailed):
                 await self.storage.release()
+        if self.forwarder is not None:
+            await self.forwarder.aclose()
         await self.pool.aclose()
         await self.egress.aclose()
         self.storage.close()
 
     # -- tenant leases (several coordinators over one database) ----------------------------------
 
-    async def own(self, tenant: str) -> None:
+    async def own(self, tenant: str) -> Lease | None:
         """Make sure this coordinator may serve ``tenant``: it holds the tenant's lease (taken now if it
         is free or expired) and the tenant's scripts, provider tables and regions are loaded from the
-        database (at its first request here). With one coordinator, nothing to do. Raises
-        :class:`StorageFailed` (503) when another live coordinator holds the lease, or the database
-        cannot be reached (then nothing is served from memory that might be stale)."""
+        database (at its first request here); then None. With one coordinator, nothing to do. When
+        another live coordinator holds the lease, its lease (who, and where it is reached: the gate
+        forwards the request there). Raises :class:`StorageFailed` (503) when the database cannot be
+        reached (then nothing is served from memory that might be stale)."""
         if not self.leased or self.storage.holds(tenant):
-            return
+            return None
         async with self._owning.setdefault(tenant, asyncio.Lock()):
             if self.storage.holds(tenant):
-                return
+                return None
             if self.storage.epoch(tenant) is not None:  # held, but its renewal is overdue: renew first
                 await self.storage.renew()
                 if self.storage.holds(tenant):
-                    return
+                    return None
             lease = await self.storage.acquire(tenant)
             if not lease.mine:
-                raise elsewhere(tenant, f"coordinator {lease.owner} holds its lease")
+                return lease
             try:
                 await self._load_tenant(tenant)
             except BaseException:
@@ -187,6 +204,7 @@ class Service:
                 with contextlib.suppress(StorageFailed):
                     await self.storage.release([tenant])
                 raise
+        return None
 
     async def _load_tenant(self, tenant: str) -> None:
         """A tenant newly owned: its state from the database (what memory held of it is dropped)."""

@@ -110,6 +110,9 @@ MIGRATIONS: Final[Migrations] = (
         ),
         "CREATE INDEX leases_owner ON leases (owner)",
     ),
+    (  # 4: where the other coordinators reach a tenant's owner (a mis-routed request is forwarded there)
+        "ALTER TABLE leases ADD COLUMN url TEXT NOT NULL DEFAULT ''",
+    ),
 )
 _TENANT_TABLES: Final = (
     "scripts",
@@ -182,13 +185,15 @@ class TenantRow:
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A tenant's lease: who serves it, the epoch (one more at every change of owner), until when
-    (seconds since the epoch, on the database's clock), and whether it is this coordinator's."""
+    (seconds since the epoch, on the database's clock), whether it is this coordinator's, and where
+    the other coordinators reach its owner (``[serve] advertise_url``; empty if it did not say)."""
 
     tenant: str
     owner: str
     epoch: int
     expires_at: float
     mine: bool
+    url: str = ""
 
 
 class Storage:
@@ -200,13 +205,20 @@ class Storage:
     """
 
     def __init__(
-        self, where: Path | str, *, owner: str | None = None, lease_secs: float = LEASE_SECS
+        self,
+        where: Path | str,
+        *,
+        owner: str | None = None,
+        lease_secs: float = LEASE_SECS,
+        url: str = "",
     ) -> None:
         self.backend: Backend = open_backend(where)
         self.path = where if isinstance(where, Path) else None
         self.where = self.backend.where
         self.owner = owner
         self.lease_secs = lease_secs
+        self.url = url
+        """Where the other coordinators reach this one: stored with every lease it takes."""
         self.on_lost: Callable[[str], None] = lambda tenant: None
         """Told of a tenant this coordinator dropped because its lease moved (a write was refused, or a
         renewal found another owner)."""
@@ -297,19 +309,21 @@ class Storage:
         row = await self._run(
             lambda db: (
                 db.execute(
-                    f"INSERT INTO leases VALUES (?, ?, 1, {now} + ?) ON CONFLICT (tenant) DO UPDATE"
-                    " SET owner = excluded.owner, epoch = leases.epoch + 1, expires_at = excluded.expires_at"
+                    "INSERT INTO leases (tenant, owner, epoch, expires_at, url)"
+                    f" VALUES (?, ?, 1, {now} + ?, ?) ON CONFLICT (tenant) DO UPDATE"
+                    " SET owner = excluded.owner, epoch = leases.epoch + 1, expires_at = excluded.expires_at,"
+                    " url = excluded.url"
                     f" WHERE leases.expires_at < {now} OR leases.owner = excluded.owner"
-                    " RETURNING owner, epoch, expires_at",
-                    (tenant, owner, self.lease_secs),
+                    " RETURNING owner, epoch, expires_at, url",
+                    (tenant, owner, self.lease_secs, self.url),
                 ).fetchone()
                 or db.execute(
-                    "SELECT owner, epoch, expires_at FROM leases WHERE tenant = ?", (tenant,)
+                    "SELECT owner, epoch, expires_at, url FROM leases WHERE tenant = ?", (tenant,)
                 ).fetchone()
             ),
             transaction=True,
         )
-        lease = Lease(tenant, str(row[0]), int(row[1]), float(row[2]), str(row[0]) == owner)
+        lease = Lease(tenant, str(row[0]), int(row[1]), float(row[2]), str(row[0]) == owner, str(row[3]))
         if lease.mine:
             self._epochs[tenant] = lease.epoch
             self._valid_until[tenant] = started + self.lease_secs * _TRUST
@@ -367,14 +381,12 @@ class Storage:
         """The tenant's lease as the database has it (who owns it, until when on the database's clock)."""
         row = await self._run(
             lambda db: db.execute(
-                "SELECT owner, epoch, expires_at FROM leases WHERE tenant = ?", (tenant,)
+                "SELECT owner, epoch, expires_at, url FROM leases WHERE tenant = ?", (tenant,)
             ).fetchone()
         )
-        return (
-            None
-            if row is None
-            else Lease(tenant, str(row[0]), int(row[1]), float(row[2]), row[0] == self.owner)
-        )
+        if row is None:
+            return None
+        return Lease(tenant, str(row[0]), int(row[1]), float(row[2]), row[0] == self.owner, str(row[3]))
 
     async def ping(self) -> None:
         """One round trip to the database (StorageFailed when it cannot be reached)."""

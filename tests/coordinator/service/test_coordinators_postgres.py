@@ -2,10 +2,11 @@
 
 One coordinator keeps SQLite's semantics (what it acknowledged is there after a restart; a retried
 write with the same ``Idempotency-Key`` applies once). Two share the tenants by lease: a tenant is
-served by one of them, the other refuses it with a 503 saying so; a clean stop hands its tenants over
-at once, and the new owner loads their scripts and regions from the database at the first request; a
-paused owner that comes back has its writes refused and drops the tenant; a coordinator cut off from
-the database stops serving and reports not ready.
+served by one of them, the other forwards its requests there (test_forwarding.py) and refuses one
+forwarded already with a 503 saying so; a clean stop hands its tenants over at once, and the new owner
+loads their scripts and regions from the database at the first request; a paused owner that comes back
+drops the tenant and serves it no more (what reaches it goes to the new owner); a coordinator cut off
+from the database stops serving and reports not ready.
 """
 
 from __future__ import annotations
@@ -120,7 +121,13 @@ def test_a_tenant_is_served_by_one_coordinator_and_moves_on_a_clean_stop(tmp_pat
             c.put_script("region_hook", "log", HOOK)
             c.create_region("log", script="log", budget=10_000, persistent=True)
             c.write("log", "by a", tokens=1)
-        refused = httpx.get(f"{b.url}/api/regions/log", headers=AUTH)
+        forwarded = httpx.get(f"{b.url}/api/regions/log", headers=AUTH)  # b forwards it to a, the owner
+        assert (
+            forwarded.status_code == 200 and f"/{a.process.pid}/" in forwarded.headers["rhaipool-served-by"]
+        )
+        assert [e["content"] for e in forwarded.json()["entries"]] == ["by a"]
+        hop = {"rhaipool-forwarded-by": "elsewhere", **AUTH}  # a forward is never forwarded again
+        refused = httpx.get(f"{b.url}/api/regions/log", headers=hop)
         assert refused.status_code == 503 and "served by another coordinator" in refused.text
         assert refused.headers["retry-after"]
         with b.client("globex") as c:  # b serves the tenants nobody else holds
@@ -156,12 +163,18 @@ def test_a_paused_owner_comes_back_to_refused_writes(tmp_path: Path, url: str) -
                 c.write("log", "by b", tokens=1)
         finally:
             a.process.send_signal(signal.SIGCONT)
-        late = httpx.post(
-            f"{a.url}/api/regions/log/write", json={"content": "stale", "tokens": 1}, headers=AUTH
+        hop = {"rhaipool-forwarded-by": "elsewhere", **AUTH}  # as if forwarded: a must not serve it
+        stale = httpx.post(
+            f"{a.url}/api/regions/log/write", json={"content": "stale", "tokens": 1}, headers=hop
         )
-        assert late.status_code == 503 and "served by another coordinator" in late.text, late.text
+        assert stale.status_code == 503 and "served by another coordinator" in stale.text, stale.text
         assert _entries(b) == ["by a", "by b"]  # nothing of the stale owner's
         assert "tenant acme dropped" in a.log()
+        late = httpx.post(  # a plain request to a now reaches the new owner
+            f"{a.url}/api/regions/log/write", json={"content": "late", "tokens": 1}, headers=AUTH
+        )
+        assert late.status_code == 200 and f"/{b.process.pid}/" in late.headers["rhaipool-served-by"]
+        assert _entries(b) == ["by a", "by b", "late"]
     finally:
         a.stop()
         b.stop()
