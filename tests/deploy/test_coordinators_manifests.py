@@ -92,3 +92,18 @@ def test_what_the_kustomization_builds_is_valid() -> None:
     assert {(d["kind"], d["metadata"]["name"]) for d in docs} == {
         (d["kind"], d["metadata"]["name"]) for d in _docs()
     }
+
+
+def test_replicas_reach_each_other_to_forward_and_the_database() -> None:
+    policy = _one("NetworkPolicy")["spec"]
+    me = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "rhaipool-coordinator"}}}
+    assert policy["podSelector"] == me["podSelector"]
+    assert any(
+        me in rule["from"] and {"protocol": "TCP", "port": 8765} in rule["ports"]
+        for rule in policy["ingress"]
+    )
+    assert any(
+        me in rule.get("to", []) and rule["ports"] == [{"protocol": "TCP", "port": 8765}]
+        for rule in policy["egress"]
+    )
+    assert any({"protocol": "TCP", "port": 5432} in rule["ports"] for rule in policy["egress"])
