@@ -218,7 +218,7 @@ class Cluster:
         raise RuntimeError("haproxy routes to no ready coordinator within 20 s")
 
     def kill9(self, index: int) -> None:
-        """``kill -9`` coordinator ``index`` and its workers' process group stays to die with it."""
+        """``kill -9`` coordinator ``index`` (its workers follow it: they die with their parent)."""
         c = self.coordinators[index]
         if c.process is not None and c.process.poll() is None:
             c.process.send_signal(signal.SIGKILL)
