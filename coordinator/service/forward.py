@@ -44,6 +44,7 @@ CONNECT_SECS: Final = 5.0
 _HOP_BY_HOP: Final = frozenset(
     {
         b"connection",
+        b"expect",  # the body is read already: no 100-continue on the way to the owner
         b"keep-alive",
         b"proxy-authenticate",
         b"proxy-authorization",
