@@ -23,7 +23,7 @@ from coordinator._core.errors import CallFailed, Cancelled
 from proto import Chunk, Kind, Op
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable
+    from collections.abc import AsyncIterator
 
     from coordinator._core.handles import ScriptHandle
     from coordinator._core.hostcalls import Spawn
@@ -61,8 +61,8 @@ class HostHandler(Protocol):
     SSE payload string is delivered to the script's callback, at most
     ``PoolConfig.stream_window`` un-acknowledged at a time.
 
-    Every member is required; the pool keeps each host call's outcome (a unary call's future, a
-    stream's task in its TaskGroup) and cancels it when the attempt ends (``coordinator._core.hostcalls``).
+    Every member is required; the pool runs each host call as a task of its own in its TaskGroup,
+    cancelled when the attempt ends (``coordinator._core.hostcalls``).
     """
 
     @property
@@ -78,10 +78,8 @@ class HostHandler(Protocol):
         ``spawn`` runs a task in the pool's TaskGroup, for work that must outlive the attempt (it
         ends with the pool); such a task must not raise."""
 
-    def call(self, name: str, args: list[Any]) -> Awaitable[Any]:
-        """Perform the unary host function ``name``: a future of its value, or of ``HostCallError`` for
-        the script (settled at once when nothing waits, as ``env_var``); an ``async def`` is run in a
-        task.  Cancelling it abandons the answer (its attempt ended)."""
+    async def call(self, name: str, args: list[Any]) -> Any:
+        """Perform the unary host function ``name``; its value, or ``HostCallError`` for the script."""
         ...
 
     def stream(self, name: str, args: list[Any]) -> AsyncIterator[Any]:
@@ -386,8 +384,7 @@ class Attempt:
     """When its CALL went out (``outcomes.reached``)."""
     timer: Timer[Attempt] | None = None
     """Its call's deadline while it runs, then (answered at the deadline, still running) its kill grace."""
-    host_tasks: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
-    """Open host calls by id: a unary call's outcome, a stream's task (``hostcalls.HostBridge``)."""
+    host_tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     host_seq: int = 0
     """The last HOST_CALL id: a worker numbers them 1, 2, 3, ... per call."""
     flow: StreamFlow | None = None

@@ -5,7 +5,7 @@
                    ▼            ▼
               Attempts.start ──CALL (source only on a miss)──▶ worker
                    │  ◀──CHUNK──── (stream: → CallStream, CREDIT back per chunk taken)
-                   │  ◀──HOST_CALL─ → HostBridge → handler's outcome → HOST_REPLY / HOST_CHUNK ──▶
+                   │  ◀──HOST_CALL─ → HostBridge task → handler → HOST_REPLY / HOST_CHUNK ──▶
                    │  ◀──RESULT / ERROR ── finish(call) exactly once; late or foreign replies dropped
        deadlines and kills: ``Attempts`` (coordinator._core.attempts)
        worker exit (Events.worker_exited) → ``Deaths.settle``: fail, or re-run with what is left of

@@ -1,11 +1,8 @@
 """The coordinator's side of brokered host calls: HOST_CALL in, the caller's handler runs, HOST_REPLY out.
 
-Each host call's outcome is kept in the attempt's ``host_tasks`` and cancelled when its attempt
-ends (result, deadline, worker death): one mechanism for every host call.  A unary call's
-outcome is the future ``HostHandler.call`` returns (a coroutine handler's runs in a task of the
-pool's TaskGroup): its HOST_REPLY is sent as it settles, at once when it is already settled
-(``env_var``), so no task of its own waits for it.  ``stream_request`` runs as a task in the
-pool's TaskGroup, its payloads
+Each host call runs as a task in the pool's TaskGroup (``HostHandler.call``, or ``stream``
+for ``stream_request``) and is cancelled when its attempt ends (result, deadline, worker
+death): one mechanism for every host call.  ``stream_request`` payloads are
 sent as HOST_CHUNK, at most ``window`` un-acknowledged (a semaphore released by
 the worker's CREDIT messages), so a slow script makes the handler wait instead of
 anything buffering without bound.
@@ -14,9 +11,8 @@ anything buffering without bound.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from coordinator._core.errors import HostCallError
@@ -89,45 +85,9 @@ class HostBridge:
             return
         if msg.name in STREAMING_HOST_CALLS:
             attempt.host_credit[msg.hid] = asyncio.Semaphore(self._window)
-            task = self._spawn(self._stream(attempt, msg))
-            attempt.host_tasks[msg.hid] = task
-            task.add_done_callback(lambda _: attempt.host_tasks.pop(msg.hid, None))
-            return
-        try:
-            pending = call.host.call(msg.name, list(msg.args))
-        except Exception as exc:  # noqa: BLE001 - a handler bug must reach the script as an error, not the loop
-            self._send(attempt, self._failed(msg, exc))
-            return
-        outcome = pending if asyncio.isfuture(pending) else self._settled_by_task(pending)
-        if outcome.done():
-            self._answer(attempt, msg, outcome)
-            return
-        attempt.host_tasks[msg.hid] = outcome
-        outcome.add_done_callback(functools.partial(self._answer, attempt, msg))
-
-    def _settled_by_task(self, pending: Awaitable[Any]) -> asyncio.Future[Any]:
-        """A coroutine handler's outcome as a future, awaited by a task of the pool's TaskGroup (which
-        raises nothing into the group; cancelling the future cancels the task)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        task = self._spawn(_settle(pending, future))
-        future.add_done_callback(lambda done: task.cancel() if done.cancelled() else None)
-        return future
-
-    def _answer(self, attempt: Attempt, msg: HostCall, outcome: asyncio.Future[Any]) -> None:
-        """The HOST_REPLY of a settled unary outcome; none for a cancelled one (its attempt ended)."""
-        if attempt.host_tasks.get(msg.hid) is outcome:
-            del attempt.host_tasks[msg.hid]
-        if outcome.cancelled():
-            return
-        exc = outcome.exception()
-        if exc is None:
-            reply = HostReply(msg.id, msg.hid, True, outcome.result())
-        elif isinstance(exc, Exception):
-            reply = self._failed(msg, exc)
-        else:  # KeyboardInterrupt, SystemExit: not the script's to catch; out of the loop, as from a task
-            raise exc
-        if not self._send(attempt, reply):
-            log.debug("host reply for ended call %d dropped", msg.id)
+        task = self._spawn(self._serve(attempt, msg))
+        attempt.host_tasks[msg.hid] = task
+        task.add_done_callback(lambda _: attempt.host_tasks.pop(msg.hid, None))
 
     @staticmethod
     def _failed(msg: HostCall, exc: Exception) -> HostReply:
@@ -145,37 +105,21 @@ class HostBridge:
             for _ in range(msg.n):
                 semaphore.release()
 
-    async def _stream(self, attempt: Attempt, msg: HostCall) -> None:
+    async def _serve(self, attempt: Attempt, msg: HostCall) -> None:
         host = attempt.call.host
         assert host is not None
         try:
-            semaphore, seq = attempt.host_credit[msg.hid], 0
-            async for payload in host.stream(msg.name, list(msg.args)):
-                await semaphore.acquire()
-                if not self._send(attempt, HostChunk(msg.id, msg.hid, seq, payload)):
-                    return
-                seq += 1
-            reply = HostReply(msg.id, msg.hid, True, None)
+            if msg.name in STREAMING_HOST_CALLS:
+                semaphore, seq = attempt.host_credit[msg.hid], 0
+                async for payload in host.stream(msg.name, list(msg.args)):
+                    await semaphore.acquire()
+                    if not self._send(attempt, HostChunk(msg.id, msg.hid, seq, payload)):
+                        return
+                    seq += 1
+                reply = HostReply(msg.id, msg.hid, True, None)
+            else:
+                reply = HostReply(msg.id, msg.hid, True, await host.call(msg.name, list(msg.args)))
         except Exception as exc:  # noqa: BLE001 - a handler bug must reach the script as an error, not the loop
             reply = self._failed(msg, exc)
         if not self._send(attempt, reply):
             log.debug("host reply for ended call %d dropped", msg.id)
-
-
-async def _settle(pending: Awaitable[Any], future: asyncio.Future[Any]) -> None:
-    """``pending``'s outcome into ``future``; nothing escapes into the group but a cancellation and
-    what is not an ``Exception`` (as from the task that awaited a handler before)."""
-    try:
-        value = await pending
-    except asyncio.CancelledError:
-        future.cancel()
-        raise
-    except Exception as exc:  # noqa: BLE001 - the reply carries it (``HostBridge._answer``)
-        if not future.done():
-            future.set_exception(exc)
-        return
-    except BaseException:
-        future.cancel()
-        raise
-    if not future.done():
-        future.set_result(value)

@@ -138,13 +138,13 @@ class ProviderHost:
             await self.clock.sleep(self.backoff.on_429(err.value.get("retry_after")))
         return HostCallError(err.value)
 
-    def call(self, name: str, args: list[Any]) -> asyncio.Future[Any]:
+    async def call(self, name: str, args: list[Any]) -> Any:
         """One unary host function; a request is served from the journal when a re-run repeats it."""
-        return self.start_call(name, args)
+        return await self.start_call(name, args)
 
     def start_call(self, name: str, args: list[Any]) -> asyncio.Future[Any]:
-        """:meth:`call`'s outcome, a future (settled at once for ``env_var`` and a refusal); cancelling
-        it abandons the answer, never the request (the journal's task runs it)."""
+        """:meth:`call`'s outcome as a future; cancelling it abandons the answer, never the request
+        (the journal's task runs it)."""
         try:
             if name == "env_var":
                 return _settled(self.env.get(args[0] if args else None))
