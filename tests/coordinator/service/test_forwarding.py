@@ -27,6 +27,8 @@ from service_support import TOKENS, ServiceProcess, free_port, write_config
 
 from coordinator._cli.demo import GROQ_SCRIPT
 from coordinator.bench.standin import StandinServer
+from coordinator.service.config import ServiceConfigError, parse_service_config
+from coordinator.service.forward import advertised
 
 HOOK = 'fn render(ctx) { ctx.entries.map(|e| e.content).reduce(|a, b| a + "|" + b, "") }'
 AUTH = {"Authorization": f"Bearer {TOKENS['acme']}"}
@@ -226,3 +228,35 @@ def test_a_forward_to_a_paused_owner_ends_once_its_lease_moves(
         finally:
             a.stop()
             b.stop()
+
+
+@pytest.mark.parametrize(
+    ("serve", "expected"),
+    [
+        ({"listen": "10.0.0.5:9000"}, "http://10.0.0.5:9000"),
+        ({"listen": "[fd00::5]:9000"}, "http://[fd00::5]:9000"),
+        (
+            {"listen": "0.0.0.0:9000", "advertise_url": "https://coordinator-1.internal:9443/"},
+            "https://coordinator-1.internal:9443",
+        ),
+    ],
+)
+def test_the_advertised_address_defaults_to_listen(serve: dict[str, str], expected: str) -> None:
+    config = parse_service_config({"serve": serve}, Path("."))
+    assert advertised(config) == expected
+
+
+def test_listening_on_every_interface_advertises_the_address_that_reaches_the_database() -> None:
+    config = parse_service_config(
+        {"serve": {"listen": "0.0.0.0:9000", "database": "postgresql://u@127.0.0.1:5432/x"}}, Path(".")
+    )
+    assert config.advertise_url is None and advertised(config) == "http://127.0.0.1:9000"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["coordinator-1:8765", "ftp://coordinator-1", "http://c:99999", "http://c:1/api", "http://u@c:1", 8765],
+)
+def test_a_bad_advertise_url_is_refused_naming_the_key(bad: object) -> None:
+    with pytest.raises(ServiceConfigError, match=r"\[serve\] advertise_url must be"):
+        parse_service_config({"serve": {"advertise_url": bad}}, Path("."))
