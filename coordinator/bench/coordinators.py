@@ -23,16 +23,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import pwd
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +38,7 @@ import psutil
 
 from coordinator.bench.cluster import Cluster, CountingUpstream, TenantLoad, run_loads
 from coordinator.bench.measure import cpu_seconds, load_average, percentile_ms
+from coordinator.bench.postgres import fresh_database, throwaway_postgres
 
 __all__ = ["Row", "main"]
 
@@ -165,8 +162,8 @@ def _fence_cost(url: str, writes: int = 1500) -> dict[str, float]:
         return (time.process_time() - began) / writes * 1000
 
     async def both() -> dict[str, float]:
-        plain = Storage(_fresh(url))
-        fenced = Storage(_fresh(url), owner="bench-coordinator")
+        plain = Storage(fresh_database(url))
+        fenced = Storage(fresh_database(url), owner="bench-coordinator")
         try:
             await fenced.acquire("bench")
             a, b = await per_write(plain), await per_write(fenced)
@@ -183,49 +180,12 @@ def _fence_cost(url: str, writes: int = 1500) -> dict[str, float]:
 
 @contextlib.contextmanager
 def _postgres(url: str | None) -> Iterator[str]:
-    """The given database, or a throw-away server (initdb in a temporary folder, as ``postgres``)."""
+    """The given database, or a throw-away server's (``coordinator.bench.postgres``)."""
     if url is not None:
         yield url
         return
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if not found:
-        raise RuntimeError("no PostgreSQL: pass --database URL or install the Debian package postgresql")
-    bin_dir = found[-1].parent
-    folder = Path(tempfile.mkdtemp(prefix="rhaipool-bench-pg-"))
-    user = None
-    if os.getuid() == 0:
-        user = "postgres"
-        entry = pwd.getpwnam(user)
-        os.chown(folder, entry.pw_uid, entry.pw_gid)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-
-    def run(tool: str, *args: str) -> None:
-        command = [str(bin_dir / tool), *args]
-        if user is not None:
-            command = ["runuser", "-u", user, "--", *command]
-        subprocess.run(command, check=True, capture_output=True, cwd=folder, timeout=120)
-
-    data = str(folder / "data")
-    run("initdb", "-D", data, "-U", "rhaipool", "--auth=trust", "-E", "UTF8", "--no-sync")
-    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200"
-    run("pg_ctl", "-D", data, "-o", options, "-l", str(folder / "log"), "-w", "start")
-    try:
-        yield f"postgresql://rhaipool@127.0.0.1:{port}/postgres"
-    finally:
-        with contextlib.suppress(subprocess.SubprocessError):
-            run("pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _fresh(url: str) -> str:
-    import psycopg
-
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(url, autocommit=True) as db:
-        db.execute(f'CREATE DATABASE "{name}"')
-    return url.rsplit("/", 1)[0] + f"/{name}"
+    with throwaway_postgres() as server:
+        yield server.url
 
 
 def run_benchmark(seconds: float, kills: int, lease: float, database: str | None) -> dict[str, Any]:
@@ -239,7 +199,7 @@ def run_benchmark(seconds: float, kills: int, lease: float, database: str | None
         for name, count, where in plan:
             cluster = Cluster(
                 Path(tmp) / f"r{len(rows)}",
-                where or _fresh(server),
+                where or fresh_database(server),
                 upstream.base_url,
                 TENANTS,
                 slots=count,

@@ -1,103 +1,18 @@
-"""A real PostgreSQL server for the tests: ``initdb`` in a temporary directory, started with ``pg_ctl``
-on 127.0.0.1 as an unprivileged user (``postgres`` from the Debian package, else ``nobody``; the test
-runner's own user when it is not root), stopped at the end of the session.
-
-The binaries come from Debian's ``postgresql`` package (``/usr/lib/postgresql/<version>/bin``), which
-``deploy/quickstart`` installs; without them the tests that need a server are skipped, saying so.
-Each test gets a database of its own (:meth:`PostgresServer.fresh`).
+"""The ``postgres`` fixture: a real PostgreSQL server for the whole session, started by the one starter
+``coordinator.bench.postgres`` (``initdb`` in a temporary directory, ``pg_ctl`` on 127.0.0.1, as an
+unprivileged user). Without the Debian package the tests that need a server are skipped, saying so;
+``deploy/quickstart`` installs it. Each test gets a database of its own (:meth:`PostgresServer.fresh`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import psycopg
 import pytest
 
+from coordinator.bench.postgres import PostgresServer, postgres_bin
+
 __all__ = ["PostgresServer", "postgres", "postgres_bin"]
-
-
-def postgres_bin() -> Path | None:
-    """The newest installed server's ``bin`` directory, or None."""
-    found = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
-        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
-    )
-    return found[-1].parent if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class PostgresServer:
-    """One running server: its data directory, port and the URL of its ``postgres`` database."""
-
-    bin: Path
-    folder: Path
-    port: int
-    user: str | None  # the system user it runs as (None: this process's)
-    url: str
-
-    @classmethod
-    def start(cls, bin_dir: Path) -> PostgresServer:
-        folder = Path(tempfile.mkdtemp(prefix="rhaipool-pg-"))
-        user: str | None = None
-        if os.getuid() == 0:
-            user = "postgres" if _user_exists("postgres") else "nobody"
-            entry = pwd.getpwnam(user)
-            os.chown(folder, entry.pw_uid, entry.pw_gid)
-        data, port = folder / "data", _free_port()
-        server = cls(bin_dir, folder, port, user, f"postgresql://rhaipool@127.0.0.1:{port}/postgres")
-        server._run("initdb", "-D", str(data), "-U", "rhaipool", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200"
-        server._run(
-            "pg_ctl", "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "-t", "60", "start"
-        )
-        return server
-
-    def _run(self, tool: str, *args: str) -> None:
-        command = [str(self.bin / tool), *args]
-        if self.user is not None:
-            command = ["runuser", "-u", self.user, "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True, cwd=self.folder, timeout=120)
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"{tool} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
-            )
-
-    def fresh(self) -> str:
-        """The URL of a new, empty database."""
-        name = f"t_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return self.url.rsplit("/", 1)[0] + f"/{name}"
-
-    def stop(self) -> None:
-        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-            self._run("pg_ctl", "-D", str(self.folder / "data"), "-m", "fast", "-w", "stop")
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="session")
