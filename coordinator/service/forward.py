@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from starlette.types import Message, Receive, Scope, Send
+from yarl import URL
 
 from coordinator.service.config import ServeConfig
 from coordinator.service.storage import Lease
@@ -57,7 +58,9 @@ _HOP_BY_HOP: Final = frozenset(
         b"content-length",
     }
 )
-_REPLY_DROPS: Final = _HOP_BY_HOP - {b"content-length"}  # the body passes as it is: its length holds
+_REPLY_DROPS: Final = (_HOP_BY_HOP - {b"content-length"}) | {b"date", b"server"}
+"""Not relayed from the owner's reply: its length holds (the body passes as it is); the server here
+writes its own ``date`` and ``server``."""
 log = logging.getLogger("rhaipool.service")
 
 
@@ -139,9 +142,16 @@ class Forwarder:
         body, disconnected = await _read_body(receive)
         if disconnected:
             return
-        url = lease.url + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        path = scope.get("raw_path") or scope["path"].encode()
+        if not path.startswith(b"/"):
+            await _answer(
+                send, 400, json.dumps({"error": "the request's target must be a path"}).encode(), ()
+            )
+            return
+        target = lease.url + path.decode("latin-1")
         if scope.get("query_string"):
-            url += "?" + scope["query_string"].decode("latin-1")
+            target += "?" + scope["query_string"].decode("latin-1")
+        url = URL(target, encoded=True)  # as the client wrote it: nothing re-quoted on the way
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))
             for k, v in scope["headers"]
@@ -177,7 +187,7 @@ class Forwarder:
         self,
         lease: Lease,
         method: str,
-        url: str,
+        url: URL,
         headers: list[tuple[str, str]],
         body: bytes,
         send: Send,

@@ -85,6 +85,7 @@ def test_a_write_and_a_render_sent_to_the_other_coordinator_are_answered_by_the_
     )
     assert wrote.status_code == 200, wrote.text
     assert _served_by(wrote, a)
+    assert len(wrote.headers.get_list("date")) == len(wrote.headers.get_list("server")) == 1
     rendered = httpx.post(f"{b.url}/api/regions/log/render", json={}, headers=AUTH, timeout=30)
     assert rendered.status_code == 200, rendered.text
     assert _served_by(rendered, a)
@@ -94,6 +95,8 @@ def test_a_write_and_a_render_sent_to_the_other_coordinator_are_answered_by_the_
     assert "rhaipool-served-by" not in direct.headers  # served where it arrived: nothing forwarded
     with b.client("acme") as c:  # the client library, through b
         assert [e["content"] for e in c.get_region("log")["entries"]][:2] == ["by a", "via b"]
+    queried = httpx.get(f"{b.url}/api/scripts?agent=x", headers=AUTH, timeout=30)  # the query travels
+    assert queried.status_code == 400 and "agent" in queried.text and _served_by(queried, a)
     bad = httpx.get(f"{b.url}/api/regions/log", headers={"Authorization": "Bearer wrong"}, timeout=30)
     assert bad.status_code == 401 and "rhaipool-served-by" not in bad.headers  # refused where it arrived
 
