@@ -36,6 +36,7 @@ import httpx
 import psutil
 
 from coordinator.bench.measure import free_port, load_average, percentile_ms
+from coordinator.errors import ServiceFamilyError
 from coordinator.service.auth import token_sha256
 
 __all__ = ["main", "run_benchmark"]
@@ -68,9 +69,9 @@ class Shape:
     entries: int = 3
 
 
-class _NotServed(Exception):
-    """A request within the quotas was not answered 2xx (or not answered at all); the benchmark's own,
-    caught where it ends a step, so not part of the library's error tree."""
+class _NotServed(ServiceFamilyError):
+    """A request within the quotas was not answered 2xx (or not answered at all); caught where it
+    ends the benchmark's step."""
 
 
 class Service:

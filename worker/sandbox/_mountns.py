@@ -16,6 +16,7 @@ import ctypes
 import os
 from collections.abc import Iterable
 
+from worker.errors import WorkerError
 from worker.sandbox._process import CLONE_NEWNS, LayerResult, errno_text, libc
 
 __all__ = ["apply"]
@@ -42,7 +43,7 @@ libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes
 libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
-class _Refused(Exception):
+class _Refused(WorkerError):
     """One step failed; the message says which and why (caught in this module: never leaves it)."""
 
 

@@ -12,8 +12,9 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from conftest import TIGHT_TOKEN, Upstream
 from service_support import TOKENS, ServiceProcess
+
+from .conftest import TIGHT_TOKEN, Upstream
 
 PONG: list[Any] = [{"role": "user", "content": "Reply with exactly: PONG"}]
 SEARCH = {

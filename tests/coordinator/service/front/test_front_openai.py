@@ -13,8 +13,9 @@ import anthropic as anthropic_sdk
 import httpx
 import openai
 import pytest
-from conftest import Upstream
 from service_support import TOKENS, ServiceProcess
+
+from .conftest import Upstream
 
 PONG = [{"role": "user", "content": "Reply with exactly: PONG"}]
 SEARCH = {
