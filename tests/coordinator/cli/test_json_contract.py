@@ -19,6 +19,7 @@ _BENCH = {
     "bench providers",
     "bench service",
     "bench gateway",
+    "bench coordinators",
     "bench binding",
     "bench pool",
     "bench nodes",
