@@ -108,6 +108,9 @@ class Service:
         self.database_reachable = True
         """False while lease renewals fail (readiness turns false: the database is partitioned off)."""
         self._owning: dict[str, asyncio.Lock] = {}
+        self._loading: set[str] = set()
+        """Tenants whose lease is taken and whose state is still being read from the database: the
+        lease alone does not make them servable (``own``'s unlocked path must not see them as ready)."""
         self._tenant_rows = asyncio.Lock()  # an admin change and a refresh from the database, one at a time
         self._renewer: asyncio.Task[None] | None = None
         self.forwarder: Forwarder | None = None
@@ -185,25 +188,29 @@ class Service:
         another live coordinator holds the lease, its lease (who, and where it is reached: the gate
         forwards the request there). Raises :class:`StorageFailed` (503) when the database cannot be
         reached (then nothing is served from memory that might be stale)."""
-        if not self.leased or self.storage.holds(tenant):
+        if not self.leased or (self.storage.holds(tenant) and tenant not in self._loading):
             return None
         async with self._owning.setdefault(tenant, asyncio.Lock()):
-            if self.storage.holds(tenant):
+            if self.storage.holds(tenant):  # under the lock, loading is over
                 return None
             if self.storage.epoch(tenant) is not None:  # held, but its renewal is overdue: renew first
                 await self.storage.renew()
                 if self.storage.holds(tenant):
                     return None
-            lease = await self.storage.acquire(tenant)
-            if not lease.mine:
-                return lease
+            self._loading.add(tenant)  # before the lease: once it is ours, others wait on the lock
             try:
-                await self._load_tenant(tenant)
-            except BaseException:
-                self._drop_tenant(tenant)
-                with contextlib.suppress(StorageFailed):
-                    await self.storage.release([tenant])
-                raise
+                lease = await self.storage.acquire(tenant)
+                if not lease.mine:
+                    return lease
+                try:
+                    await self._load_tenant(tenant)
+                except BaseException:
+                    self._drop_tenant(tenant)
+                    with contextlib.suppress(StorageFailed):
+                        await self.storage.release([tenant])
+                    raise
+            finally:
+                self._loading.discard(tenant)
         return None
 
     async def _load_tenant(self, tenant: str) -> None:

@@ -144,6 +144,38 @@ def test_a_tenant_is_served_by_one_coordinator_and_moves_on_a_clean_stop(tmp_pat
         b.stop()
 
 
+def test_requests_arriving_while_a_new_owner_loads_the_tenant_wait_for_it(tmp_path: Path, url: str) -> None:
+    """The lease is taken before the tenant's state is read: requests that arrive in between wait for
+    the load instead of being served from a tenant not there yet (404 for a region the database holds)."""
+    a = _start(tmp_path / "a", url)
+    try:
+        with a.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            for r in range(8):  # enough state that reading it takes a while
+                c.create_region(f"log{r}", script="log", budget=10_000_000, persistent=True)
+                for i in range(10):
+                    c.write(f"log{r}", f"{i}-" + "z" * 100_000, tokens=1)
+    finally:
+        assert a.stop() == 0  # a clean stop gives the lease up: b takes it at the first request
+    b = _start(tmp_path / "b", url)
+    try:
+        barrier = threading.Barrier(16)
+        answers: list[int] = []
+
+        def read(r: int) -> None:
+            barrier.wait()
+            answers.append(httpx.get(f"{b.url}/api/regions/log{r % 8}", headers=AUTH, timeout=60).status_code)
+
+        threads = [threading.Thread(target=read, args=(r,)) for r in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert answers == [200] * 16, answers
+    finally:
+        b.stop()
+
+
 def test_a_paused_owner_comes_back_to_refused_writes(tmp_path: Path, url: str) -> None:
     a = _start(tmp_path / "a", url)
     b = _start(tmp_path / "b", url)
