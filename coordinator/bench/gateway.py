@@ -26,6 +26,11 @@ children; nginx's master and worker). Then each rhaipool route again at half its
 
 The load generator runs on the same cores; CPU per request is the steady figure, throughput and
 latency carry the machine's load (printed beside them).
+
+The module is long because it starts three servers of different makes (nginx, ``rhaipool serve``,
+LiteLLM's proxy) and drives them with wrk; they share one measurement (``drive``: wrk's run and every
+target's CPU read the same way) and one printer, and split apart they would be files that never run
+alone.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ The same TOML file also holds the provider tables (``[model_providers.<name>]`` 
 ``coordinator.providers.config``; this module reads only what the service adds. Tokens are never
 stored: a tenant is configured by the hex sha256 of its bearer token, so the file can be shared with
 whoever deploys the service without handing out the tokens themselves.
+
+The module is long because each key is read with its own refusal message (a bad config is refused at
+start with the key named); the readers are small and share one set of checks (``_positive`` and the like).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
 //! Script calls on a stack of their own, sized from the call's operation budget.
+//! (Long because the mapping, its guard page, the idle-stack cache and the switch onto it are one
+//! unsafe unit, kept together so their invariants are read in one place.)
 //!
 //! rhai frees, clones, compares and prints nested values recursively (closure
 //! chains, `curry` chains, nested arrays and maps, function pointers), and the

@@ -46,7 +46,8 @@ def test_haproxy_hashes_the_credential_consistently_and_checks_readiness() -> No
 
 
 @pytest.mark.skipif(
-    shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="nginx is not installed"
+    shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
+    reason="nginx is not installed (deploy/quickstart installs nginx-light)",
 )
 def test_nginx_config_is_valid_and_hashes_both_credentials(tmp_path: Path) -> None:
     (tmp_path / "nginx.conf").write_text(f"events {{}}\nhttp {{\ninclude {NGINX};\n}}\n")

@@ -1,4 +1,6 @@
 //! `Lane`: a worker's plain region call from its CALL frame to its RESULT frame in one native step.
+//! (Long because the CALL reader's checks must refuse exactly what the Python reader refuses, field by
+//! field, before anything runs; they are kept in the order `proto.calls.Call.from_body` reads them.)
 //!
 //! rhaipool's worker reads a CALL, converts its arguments to Rhai, runs the hook, converts the
 //! value back, and writes a RESULT. In Python that was ~8 µs of every call around a trivial
