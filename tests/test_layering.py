@@ -7,7 +7,8 @@ a lazy import is still a dependency.
     contract ◀── worker                   (the worker hosts the engine; it never sees the coordinator)
     contract ◀── coordinator._core        (the pool: generic, knows no application)
               ▲        ▲        ▲
-         regions   providers ──▶ egress   (applications of the pool; never each other)
+         regions   providers ──▶ egress   (applications of the pool; never each other; egress
+                                          takes only the core's timer heap, coordinator._core.timers)
               ▲        ▲
     coordinator.service                   (rhaipool serve: an application; the library never imports it)
     coordinator._cli, coordinator.bench   (the command line and benchmarks; nothing imports them)
@@ -120,9 +121,21 @@ def test_the_service_never_imports_the_command_line() -> None:
     assert violations(COORDINATOR / "service", ("coordinator._cli", "coordinator.bench")) == []
 
 
+#: The one module of the pool's core egress may import: the timer heap, which imports only the stdlib.
+SHARED_CORE = "coordinator._core.timers"
+
+
 def test_egress_knows_no_provider_or_region() -> None:
     apps = ("coordinator.regions", "coordinator.providers", "coordinator._core")
-    assert violations(COORDINATOR / "egress", apps) == []
+    found = violations(COORDINATOR / "egress", apps)
+    assert [v for v in found if not v.split(" imports ")[1].startswith(SHARED_CORE)] == []
+
+
+def test_the_core_module_egress_shares_imports_only_the_stdlib() -> None:
+    """So importing it loads nothing of the pool: ``coordinator/_core/__init__.py`` imports nothing either."""
+    for path in (COORDINATOR / "_core" / "timers.py", COORDINATOR / "_core" / "__init__.py"):
+        foreign = {n.split(".")[0] for n in imported_modules(path)} - set(sys.stdlib_module_names)
+        assert not foreign, f"{path.name} imports {foreign}"
 
 
 def test_the_checker_sees_imports_inside_functions(tmp_path: Path) -> None:

@@ -27,9 +27,9 @@ from coordinator._core.kills import KillReason
 from coordinator._core.placement import Placements
 from coordinator._core.streambudget import StreamFlow
 from coordinator._core.supervisor import Supervisor
+from coordinator._core.timers import TimerHeap
 from coordinator._core.transport import Router
 from coordinator._core.workers import Placement, WorkerProcess
-from coordinator.timers import TimerHeap
 from proto import Cancel
 
 __all__ = ["Attempts"]

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from coordinator._core.handles import ScriptHandle
     from coordinator._core.hostcalls import Spawn
     from coordinator._core.streambudget import StreamBudget, StreamFlow
+    from coordinator._core.timers import Timer
     from coordinator._core.workers import Placement
-    from coordinator.timers import Timer
 
 log = logging.getLogger(__name__)
 

@@ -44,10 +44,10 @@ from coordinator._core.queue import FairQueue
 from coordinator._core.quotas import QuotaTable
 from coordinator._core.streambudget import StreamBudget, chunk_bytes
 from coordinator._core.supervisor import Supervisor
+from coordinator._core.timers import TimerHeap
 from coordinator._core.transport import Router
 from coordinator._core.waiting import Changes
 from coordinator._core.workers import Placement, WorkerProcess
-from coordinator.timers import TimerHeap
 from proto import (
     FROM_WORKER,
     Chunk,

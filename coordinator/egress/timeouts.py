@@ -4,7 +4,7 @@ Each inference holds two bounds at once (its job bound, its HTTP request's timeo
 starts and disarmed a few hundred milliseconds later with the answer. ``asyncio.timeout`` arms each
 with ``call_at``: a ``TimerHandle`` pushed on the loop's heap through Python-level comparisons, and
 the loop's own clean-up of the cancelled handles, which at a few hundred calls in flight cost more
-CPU than the bookkeeping around them. Here each loop's deadlines share one ``coordinator.timers.
+CPU than the bookkeeping around them. Here each loop's deadlines share one ``coordinator._core.timers.
 TimerHeap`` (the pool's attempts use the same). On expiry the task is cancelled and the
 ``CancelledError`` turned into ``TimeoutError`` exactly as ``asyncio.Timeout`` does (``uncancel`` and
 the task's earlier cancellation requests respected).
@@ -16,7 +16,7 @@ import asyncio
 import weakref
 from types import TracebackType
 
-from coordinator.timers import Timer, TimerHeap
+from coordinator._core.timers import Timer, TimerHeap
 
 __all__ = ["Timeout", "timeout", "timeout_at"]
 

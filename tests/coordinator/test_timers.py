@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator.timers import TimerHeap
+from coordinator._core.timers import TimerHeap
 
 
 async def _deadlines_expire_in_order_and_cancelled_ones_never_fire() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from coordinator import timers
+from coordinator._core import timers
 from coordinator.egress import timeouts
 
 Factory = Callable[[float | None], Any]

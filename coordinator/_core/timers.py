@@ -12,7 +12,8 @@ armed.  Expiry is as exact as ``call_at``'s (the same loop clock).
 
 A ``TimerHeap`` belongs to the running loop it is used on and keeps no reference to it (it asks
 ``asyncio.get_running_loop()``), so one kept per loop in a weak mapping lets a closed loop go.
-Used by ``coordinator._core`` and ``coordinator.egress``, which may not import each other.
+Used by the pool's core and by ``coordinator.egress``: it imports only the standard library, so it is
+the one module of ``_core`` egress may import (``tests/test_layering.py`` holds both rules).
 """
 
 from __future__ import annotations
