@@ -9,12 +9,14 @@ tenant's ``/api/status`` shows only its own tenant.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
+import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,9 +25,12 @@ from service_support import ADMIN, TOKENS, ServiceProcess, free_port, sha, write
 
 from coordinator.bench.standin import StandinServer
 from coordinator.client import ServiceError
+from coordinator.egress import PLACEHOLDER_PREFIX
 from coordinator.service.config import ServiceConfigError, load_service_config
 
 SECRET = "operator-secret-key-4f1e9c"
+ENV_SECRET = "operator-env-secret-9a7c2e"
+WIDE_SECRET = "operator-wide-secret-51d0b3"
 METRICS_TOKEN = "metrics-reader-token"
 LEAK = """
 fn initialize(config) {
@@ -40,6 +45,26 @@ fn inference(state, request) {
 }
 """
 HOOK = "fn render(ctx) { `${ctx.entries.len()}` }"
+#: What a script can see of its table and the environment, returned without a request.
+PEEK = """
+fn initialize(config) {
+    #{ seen: `${config}`, key: config.api_key, env: env_var("GROQ_API_KEY"), home: env_var("HOME"),
+       path: env_var("PATH") }
+}
+fn inference(state, request) {
+    #{ content: to_json(state), tool_calls: [], tokens_used: 1, finish_reason: "Complete" }
+}
+"""
+#: LEAK's inference, its initialize moving base_url to a host the table does not name (the same server).
+INVENTED = """
+fn initialize(config) {
+    let url = config.base_url;
+    url.replace("127.0.0.1", "localhost");
+    #{ base_url: url, api_key: config.api_key, seen: "" }
+}
+""" + LEAK[LEAK.index("fn inference") :]
+PLACEHOLDER = re.compile(re.escape(PLACEHOLDER_PREFIX) + "[0-9a-f]{32}")
+ASK = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def _config(folder: Path, port: int, standin: str, *, extra_tenant: str = "") -> Path:
@@ -47,7 +72,15 @@ def _config(folder: Path, port: int, standin: str, *, extra_tenant: str = "") ->
         folder, port=port, standin=standin, extra=f'metrics_token_sha256 = "{sha(METRICS_TOKEN)}"'
     )
     text = path.read_text().replace('api_key = "test-key"', f'api_key = "{SECRET}"')
-    # acme is granted the operator's groq table; globex is not
+    text += f'[model_providers.groq.env]\nGROQ_API_KEY = "{ENV_SECRET}"\n'
+    # "wide" may reach any host (allowed_hosts = ["*"]), but its key may go only to its base_url's
+    text += (
+        f'[model_providers.wide]\napi_key = "{WIDE_SECRET}"\nbase_url = "{standin}"\n'
+        'allowed_hosts = ["*"]\negress_allow = ["127.0.0.1", "::1"]\n'
+    )
+    acme = f'[tenants.acme]\ntoken_sha256 = "{sha(TOKENS["acme"])}"\nproviders = ["groq"'
+    text = text.replace(acme + "]", acme + ', "wide"]')
+    # acme is granted the operator's groq and wide tables; globex neither
     text = text.replace(
         f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\nproviders = ["groq"]',
         f'[tenants.globex]\ntoken_sha256 = "{sha(TOKENS["globex"])}"\n'
@@ -110,9 +143,59 @@ def test_a_placeholder_sent_in_a_body_is_refused(boundary: ServiceProcess, upstr
     assert all(SECRET.encode() not in r.body for r in upstream.requests[before:])
 
 
+def test_the_table_env_and_env_var_reach_a_script_as_placeholders(boundary: ServiceProcess) -> None:
+    """What ``initialize`` sees of an operator's table and of ``env_var``: placeholders for its secrets,
+    nothing of the host's environment (tenant mode reads only the table's env)."""
+    with boundary.client("acme") as c:
+        c.put_script("provider", "groq", PEEK)
+        seen = json.loads(c.inference("groq", ASK)["content"])
+    text = json.dumps(seen)
+    assert SECRET not in text and ENV_SECRET not in text, text
+    assert PLACEHOLDER.fullmatch(seen["key"]) and PLACEHOLDER.fullmatch(seen["env"]), seen
+    assert seen["key"] in seen["seen"] and seen["env"] != seen["key"]
+    assert seen.get("home") is None and seen.get("path") is None  # the host's variables stay out
+    assert ENV_SECRET.encode() not in _db_bytes(boundary) and ENV_SECRET not in boundary.log()
+
+
+def test_a_host_that_initialize_invents_is_not_reached(
+    boundary: ServiceProcess, upstream: StandinServer
+) -> None:
+    """The table names 127.0.0.1; a base_url of localhost (the same server) from initialize is refused."""
+    before = len(upstream.requests)
+    with boundary.client("acme") as c:
+        c.put_script("provider", "groq", INVENTED)
+        with pytest.raises(ServiceError) as refused:
+            c.inference("groq", ASK)
+    assert "localhost" in str(refused.value.error) and "not allowed" in str(refused.value.error)
+    assert len(upstream.requests) == before
+
+
+def test_a_placeholder_sent_to_another_host_is_refused(
+    boundary: ServiceProcess, upstream: StandinServer
+) -> None:
+    """ "wide" may reach any host, but its key only its base_url's: the same request to localhost with
+    the placeholder is refused before it is sent, and without it, it goes."""
+    before = len(upstream.requests)
+    with boundary.client("acme") as c:
+        c.put_script("provider", "wide", INVENTED)
+        with pytest.raises(ServiceError) as refused:
+            c.inference("wide", ASK)
+        assert "own hosts" in str(refused.value.error), refused.value.error
+        assert len(upstream.requests) == before
+        c.put_script("provider", "wide", INVENTED.replace("api_key: config.api_key", 'api_key: "none"'))
+        assert c.inference("wide", ASK)["content"].startswith("none|")
+    sent = upstream.requests[before:]
+    assert [r.headers["authorization"] for r in sent] == ["Bearer none"]
+    assert all(WIDE_SECRET.encode() not in r.body for r in upstream.requests)
+
+
 def test_config_tenants_are_read_only_through_the_admin_api(boundary: ServiceProcess) -> None:
     with boundary.client(None, token=ADMIN) as admin:
-        for call in (lambda: admin.put_tenant("acme", sha("stolen")), lambda: admin.delete_tenant("acme")):
+        calls: list[Callable[[], object]] = [
+            lambda: admin.put_tenant("acme", sha("stolen")),
+            lambda: admin.delete_tenant("acme"),
+        ]
+        for call in calls:
             with pytest.raises(ServiceError) as refused:
                 call()
             assert refused.value.status == 409 and "config file" in str(refused.value.error)
@@ -198,6 +281,60 @@ def test_quotas_from_the_config_are_enforced_and_changed_by_sighup(boundary: Ser
         assert too_big.value.status in (422, 429) and "max_region" in str(too_big.value.error)
 
 
+BURN = "fn render(ctx) { let x = 0; for i in 0..20000 { x += i; } `${x}` }"
+NAP = 'fn render(ctx) { sleep(2.0); "nap" }'
+
+
+def _warnings(answer: httpx.Response) -> str:
+    assert answer.status_code == 200, answer.text
+    return " ".join(answer.json()["warnings"])
+
+
+def test_pool_quotas_from_the_config_are_enforced_and_changed_by_sighup(
+    tmp_path: Path, upstream: StandinServer
+) -> None:
+    """The pool's own quotas (CPU-seconds per minute, calls at workers and queued), set in serve.toml for
+    one tenant: a render past one is refused by it (the region's fallback names the key); a SIGHUP
+    raising it lets the next one through."""
+    port = free_port()
+    config = _config(tmp_path, port, upstream.base_url)
+    limits = "cpu_seconds_per_minute = 0.01\nmax_inflight = 1\nmax_queued = 1\n"
+    acme = f'[tenants.acme]\ntoken_sha256 = "{sha(TOKENS["acme"])}"\n'
+    config.write_text(config.read_text().replace(acme, acme + limits))
+    service = ServiceProcess.start(config, port)
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "burn", BURN)
+            c.put_script("region_hook", "nap", NAP)
+            c.create_region("burn", script="burn", budget=10)
+            for region in ("n1", "n2", "n3", "n4"):
+                c.create_region(region, script="nap", budget=10)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:  # one at a worker, one queued, two refused
+            naps = list(pool.map(lambda r: _render(service.url, TOKENS["acme"], r), ("n1", "n2", "n3", "n4")))
+        assert any("max_queued" in _warnings(a) for a in naps), [a.text for a in naps]
+        for _ in range(200):  # 20 000 additions cost a few ms of CPU each: 0.01 s goes in a few renders
+            if "cpu_seconds_per_minute" in (
+                warnings := _warnings(_render(service.url, TOKENS["acme"], "burn"))
+            ):
+                break
+            assert not warnings, warnings
+        else:
+            raise AssertionError("cpu_seconds_per_minute never refused a render")
+        config.write_text(
+            config.read_text().replace("cpu_seconds_per_minute = 0.01", "cpu_seconds_per_minute = 1000")
+        )
+        service.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while _warnings(_render(service.url, TOKENS["acme"], "burn")):
+            assert time.monotonic() < deadline, "SIGHUP did not raise cpu_seconds_per_minute"
+            time.sleep(0.1)
+        with service.client("acme") as c:
+            pool_quotas = c.status()["tenants"][0]["pool"]["quotas"]
+        assert (pool_quotas["cpu_seconds_per_minute"], pool_quotas["max_queued"]) == (1000, 1)
+    finally:
+        assert service.stop() == 0
+
+
 def test_a_removed_config_tenant_token_is_refused(tmp_path: Path, upstream: StandinServer) -> None:
     port = free_port()
     config = _config(tmp_path, port, upstream.base_url)
@@ -240,6 +377,7 @@ def test_the_secrets_key_seals_tenant_tables_and_rotates(tmp_path: Path, upstrea
     own = "tenant-own-key-77aa"
     url = f"http://127.0.0.1:{port}/api/providers/mine/config"
     auth = {"Authorization": f"Bearer {TOKENS['acme']}"}
+    seen: dict[str, dict[str, str]] = {}
     service = ServiceProcess.start(config, port)
     try:
         answer = httpx.put(url, json={"api_key": own, "base_url": upstream.base_url}, headers=auth)
@@ -247,7 +385,14 @@ def test_the_secrets_key_seals_tenant_tables_and_rotates(tmp_path: Path, upstrea
         assert own not in answer.text
         got = httpx.get(url, headers=auth)
         assert own not in got.text and "********" in got.text
-        assert own.encode() not in _db_bytes(service)
+        # the owner's script gets a placeholder; another tenant's script of that name, no table at all
+        for tenant in ("acme", "globex"):
+            with service.client(tenant) as c:
+                c.put_script("provider", "mine", PEEK)
+                seen[tenant] = json.loads(c.inference("mine", ASK)["content"])
+        assert PLACEHOLDER.fullmatch(seen["acme"]["key"]) and own not in json.dumps(seen)
+        assert seen["globex"].get("key") is None and upstream.base_url not in seen["globex"]["seen"]
+        assert own.encode() not in _db_bytes(service) and own not in service.log()
     finally:
         assert service.stop() == 0
     for keys in (f"{new_key}\n{old_key}\n", f"{new_key}\n"):  # new key first, then the old one gone
@@ -291,8 +436,6 @@ def _render(url: str, token: str, region: str) -> httpx.Response:
 
 
 def test_a_tenant_over_its_connections_is_answered_429_and_others_are_not(boundary: ServiceProcess) -> None:
-    import concurrent.futures
-
     with boundary.client("globex") as c:
         c.put_script("region_hook", "slow", SLOW)
         with contextlib.suppress(ServiceError):
@@ -309,8 +452,6 @@ def test_a_tenant_over_its_connections_is_answered_429_and_others_are_not(bounda
 
 
 def test_a_revoked_tenant_calls_in_flight_stop_within_a_second(boundary: ServiceProcess) -> None:
-    import concurrent.futures
-
     token = "hooli-token"
     with boundary.client(None, token=ADMIN) as admin:
         admin.put_tenant("hooli", sha(token))
