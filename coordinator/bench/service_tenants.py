@@ -5,10 +5,13 @@ Tenant B renders a small persistent region and runs inferences of the seed's ``g
 stand-in API on 127.0.0.1 (the operator's table, granted), one call after another. Tenant A attacks
 from a child process (so its work does not take the measuring process's GIL) and from its own client
 address (127.0.0.2): a flood of CPU-heavy renders, memory-bomb hooks, 200 × 1 MB writes,
-100 × 100 KiB script PUTs, 2 000 regions, 200 silent connections, a 150 000-deep nested array from a
-provider, and malformed bodies. For each:
-B's p50 and p99 and their ratios to the baseline, B's failed calls, what A's requests were answered,
-and the coordinator's peak RSS, descriptors and database size. Run with::
+1 MB writes into a persistent region holding 60 MB, 100 × 100 KiB script PUTs, 2 000 regions,
+200 silent connections, 1 100 silent sockets from 17 addresses (more than the service's descriptors
+hold: it runs at a 1 024 descriptor limit, as issue 22 measured), a 150 000-deep nested array from a
+provider, closure chains sent while 32 slow provider calls hold their workers' stacks, and malformed
+bodies. For each: B's p50 and p99 and their ratios to the baseline, B's failed calls, what A's
+requests were answered (and, for the big region, how long A's writes took once it was full), and the
+coordinator's peak RSS, descriptors and database size. Run with::
 
     python -m coordinator.bench.service_tenants [--seconds 4] [--workers 2] [--only NAME] [--json]
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -60,6 +64,13 @@ max_script_bytes = 2097152
 provider_call_secs = 5
 """
 """Bounds small enough that every attack reaches its quota within the run."""
+OWN_QUOTAS = {"big region writes": "max_entry_bytes = 67108864\n"}
+"""An attack's tenant's own quotas on top of the defaults: the big region's tenant may hold the service's
+default 64 MiB of entries, enough for the ~60 MB region issue 22 wrote into."""
+NOFILE = 1024
+"""The service's descriptor limit (RLIMIT_NOFILE), a common default and issue 22's condition."""
+Figures = dict[str, float] | None
+"""What an attack measured of its own requests besides their statuses (None: nothing)."""
 
 
 # -- tenant A's attacks, each run in a child process for about ``seconds`` ---------------------------
@@ -127,6 +138,35 @@ def writes_1mb(url: str, seconds: float, seen: Counter[int]) -> None:
             seen[r.status_code] += 1
 
 
+BIG_REGION_ENTRIES = 60
+
+
+def big_region_writes(url: str, seconds: float, seen: Counter[int]) -> Figures:
+    """1 MB writes into a persistent region whose budget keeps 60 of them (~60 MB): past them each write
+    drops the oldest entry. Unbounded, a write re-serialised the whole region (2.7 s at ~72 MB); A's
+    write time once the region is full is reported (``full_write_p50_ms``, ``full_write_max_ms``)."""
+    body = json.dumps({"content": "m" * 1_000_000, "tokens": 1}).encode()
+    full: list[float] = []
+    with _client(url) as http:
+        _region(http, "archive", B_HOOK, persistent=True, budget=BIG_REGION_ENTRIES)
+        going = _until(seconds)
+        written = 0
+        while going() or len(full) < 20:
+            started = time.perf_counter()
+            r = http.post(
+                "/api/regions/archive/write", content=body, headers={"Content-Type": "application/json"}
+            )
+            seen[r.status_code] += 1
+            if r.status_code != 200:
+                break
+            written += 1
+            if written > BIG_REGION_ENTRIES:
+                full.append(time.perf_counter() - started)
+    if not full:
+        return None
+    return {"full_write_p50_ms": percentile_ms(full, 0.5), "full_write_max_ms": max(full) * 1000}
+
+
 def script_puts(url: str, seconds: float, seen: Counter[int]) -> None:
     """100 PUTs of 100 KiB scripts (the script quotas refuse past them)."""
     big = "// " + "s" * (100 << 10)
@@ -172,6 +212,43 @@ def silent_connections(url: str, seconds: float, seen: Counter[int]) -> None:
         s.close()
 
 
+def many_silent_sockets(url: str, seconds: float, seen: Counter[int]) -> None:
+    """1 100 sockets that never send a byte, 65 from each of 17 addresses (127.0.0.2 to .18): one over
+    each address's cap, and more in all than the service's 1 024 descriptors less its reserve."""
+    port = int(url.rsplit(":", 1)[1])
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this process holds them all
+    opened = []
+    for i in range(1100):
+        s = socket.socket()
+        s.bind((f"127.0.0.{2 + i % 17}", 0))
+        s.settimeout(5.0)
+        try:
+            s.connect(("127.0.0.1", port))
+        except OSError:
+            seen[0] += 1  # not even connected
+            s.close()
+            continue
+        s.setblocking(False)
+        opened.append(s)
+    going = _until(max(seconds, 5.0))  # the bench's 2 s header timeout, the sweep and a loaded machine
+    while going() and opened:
+        for s in list(opened):
+            try:
+                got = s.recv(64)
+            except BlockingIOError:
+                continue
+            except OSError:
+                got = b""
+            seen[int(got[9:12]) if got.startswith(b"HTTP/1.1 ") else 0] += 1
+            opened.remove(s)
+            s.close()
+        time.sleep(0.05)
+    seen[-1] += len(opened)
+    for s in opened:
+        s.close()
+
+
 def deep_provider(url: str, seconds: float, seen: Counter[int]) -> None:
     """Inferences of a provider script that nests an array 150 000 deep (quadratic copies)."""
     deep = (
@@ -183,6 +260,46 @@ def deep_provider(url: str, seconds: float, seen: Counter[int]) -> None:
         going = _until(seconds)
         while going():
             seen[http.post("/api/providers/deep/inference", json=PONG).status_code] += 1
+
+
+NAPPER = "fn initialize(config) { #{} }\nfn inference(state, request) { sleep(2); #{ content: `rested` } }"
+CHAIN = (
+    "fn initialize(config) { #{} }\nfn inference(state, request) {\n"
+    "    let f = || 0; for i in 0..90000 { let g = f; f = || g.call() + 1; } #{ content: `${f.call()}` }\n}"
+)
+
+
+def closure_chain(url: str, seconds: float, seen: Counter[int]) -> None:
+    """32 provider calls that each sleep 2 s, held again as each ends (on two workers: 16 or so on
+    each, holding their stacks), and meanwhile closure chains 90 000 deep, one after another. Unbounded,
+    a chain got the 8 MiB floor stack and SIGSEGVed its worker (B's inference p99 179 → 7 011 ms)."""
+    clients = [_client(url) for _ in range(33)]  # made first: making 33 takes a loaded machine seconds
+    clients[0].put("/api/scripts/provider/napper", json={"content": NAPPER})
+    clients[0].put("/api/scripts/provider/chain", json={"content": CHAIN})
+    going = _until(seconds)
+    lock = threading.Lock()
+
+    def post(client: httpx.Client, provider: str) -> None:
+        status = client.post(f"/api/providers/{provider}/inference", json=PONG).status_code
+        with lock:
+            seen[status] += 1
+
+    def hold(client: httpx.Client) -> None:
+        while going():
+            post(client, "napper")
+
+    holders = [threading.Thread(target=hold, args=(client,)) for client in clients[1:]]
+    try:
+        for t in holders:
+            t.start()
+        time.sleep(0.5)
+        while going():
+            post(clients[0], "chain")
+        for t in holders:
+            t.join()
+    finally:
+        for client in clients:
+            client.close()
 
 
 def bad_bodies(url: str, seconds: float, seen: Counter[int]) -> None:
@@ -208,36 +325,49 @@ def bad_bodies(url: str, seconds: float, seen: Counter[int]) -> None:
             i += 1
 
 
-ATTACKS: dict[str, Callable[[str, float, Counter[int]], None]] = {
+ATTACKS: dict[str, Callable[[str, float, Counter[int]], Figures]] = {
     "render flood": render_flood,
     "memory bombs": memory_bombs,
     "200 x 1 MB writes": writes_1mb,
+    "big region writes": big_region_writes,
     "script PUTs": script_puts,
     "2 000 regions": many_regions,
     "silent connections": silent_connections,
+    "1 100 silent sockets": many_silent_sockets,
     "deep-array provider": deep_provider,
+    "closure chain": closure_chain,
     "malformed bodies": bad_bodies,
 }
 
 
 def _attack_main(name: str, url: str, seconds: float) -> None:
     seen: Counter[int] = Counter()
+    figures: Figures = None
     try:
-        ATTACKS[name](url, seconds, seen)
+        figures = ATTACKS[name](url, seconds, seen)
     except httpx.HTTPError as exc:
         seen[0] += 1
         print(f"attack {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
-    print(json.dumps({str(k): v for k, v in sorted(seen.items())}), flush=True)
+    statuses = {str(k): v for k, v in sorted(seen.items())}
+    print(json.dumps({"statuses": statuses, "figures": figures}), flush=True)
 
 
 # -- the service and tenant B --------------------------------------------------------------------------
 
 
+def _descriptor_limit() -> None:
+    """In the service's process before it starts: RLIMIT_NOFILE :data:`NOFILE` (its hard limit if lower)."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+
 def _start(folder: Path, workers: int, standin: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     tokens = {"b": QUIET_TOKEN} | {f"a{i}": attacker_token(name) for i, name in enumerate(ATTACKS)}
+    own = {f"a{i}": OWN_QUOTAS.get(name, "") for i, name in enumerate(ATTACKS)}
     tenants = "".join(
-        f'[tenants.{t}]\ntoken_sha256 = "{token_sha256(token)}"\nproviders = ["groq"]\n'
+        f'[tenants.{t}]\ntoken_sha256 = "{token_sha256(token)}"\nproviders = ["groq"]\n{own.get(t, "")}'
         for t, token in tokens.items()
     )
     groq = f'[model_providers.groq]\napi_key = "bench-key"\nbase_url = "{standin}"\n'
@@ -248,7 +378,7 @@ def _start(folder: Path, workers: int, standin: str) -> tuple[subprocess.Popen[b
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "coordinator", "serve", "--config", str(folder / "serve.toml")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder, preexec_fn=_descriptor_limit,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     for _ in range(1200):
@@ -347,7 +477,8 @@ def _beside(name: str, quiet: Quiet, url: str, pid: int, database: Path, seconds
     answered = json.loads(out.decode().strip().splitlines()[-1]) if out.strip() else {}
     return {
         **figures,
-        "attacker_statuses": answered,
+        "attacker_statuses": answered.get("statuses", {}),
+        "attacker_figures": answered.get("figures"),
         "peak_rss_mib": max(p[0] for p in peaks) / MB,
         "peak_fds": max(p[1] for p in peaks),
         "peak_database_mib": max(p[2] for p in peaks) / MB,
@@ -377,6 +508,7 @@ def run_benchmark(seconds: float, workers: int, only: list[str] | None = None) -
             process.wait(60)
     return {
         "workers": workers,
+        "nofile": NOFILE,
         "load_average": load_average(),
         "alone": alone,
         "alone_after": after,
@@ -391,7 +523,7 @@ def _print(report: dict[str, Any]) -> None:
         f"B alone: p50 {alone['p50_ms']:.1f} ms, p99 {alone['p99_ms']:.1f} ms ({alone['calls']} calls); "
         f"coordinator idle: RSS {report['idle']['rss_mib']:.0f} MiB, {report['idle']['fds']} descriptors, "
         f"database {report['idle']['database_mib']:.1f} MiB; {report['workers']} workers, "
-        f"load average {report['load_average']:.1f}"
+        f"descriptor limit {report['nofile']}, load average {report['load_average']:.1f}"
     )
     print(
         f"{'beside':22} {'p50 ms':>8} {'x':>6} {'p99 ms':>8} {'x':>6} {'B failed':>9}  "
@@ -403,6 +535,7 @@ def _print(report: dict[str, Any]) -> None:
             f"{row['p99_ms'] / alone['p99_ms']:6.2f} {row['failed']:4d}/{row['calls']:<4d}  "
             f"{row['peak_rss_mib']:4.0f} MiB/{row['peak_fds']:4d}/{row['peak_database_mib']:5.1f} MiB  "
             + ", ".join(f"{k}: {v}" for k, v in row["attacker_statuses"].items())
+            + "".join(f"; {k} {v:.1f}" for k, v in (row["attacker_figures"] or {}).items())
         )
     after = report["alone_after"]
     print(
