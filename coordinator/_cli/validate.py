@@ -59,9 +59,11 @@ def _service_table(path: Path) -> dict[str, Any] | None:
 
 
 def _validate_service_config(path: Path, data: dict[str, Any], as_json: bool) -> int:
-    """A service config, checked as ``rhaipool serve`` reads it; its provider scripts are the tenants'
-    (uploaded), so no script file is looked for."""
+    """A service config, checked as ``rhaipool serve`` reads it and with the files it opens at start
+    (``start_problems``); its provider scripts are the tenants' (uploaded), so no script file is
+    looked for."""
     from coordinator.service.config import ServiceConfigError, load_service_config
+    from coordinator.service.preflight import start_problems
 
     problems = naming_problems(data, path)
     config = None
@@ -69,6 +71,8 @@ def _validate_service_config(path: Path, data: dict[str, Any], as_json: bool) ->
         config = load_service_config(path)
     except ServiceConfigError as exc:
         problems.append(str(exc))
+    else:
+        problems += start_problems(config)
     valid = not problems
     if as_json:
         doc: dict[str, Any] = {

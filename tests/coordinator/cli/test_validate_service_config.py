@@ -69,3 +69,48 @@ def test_a_misspelt_top_level_table_of_a_service_config_is_named(tmp_path: Path)
     doc = json.loads(_run("validate", "--config", str(config), "--json").stdout)
     assert doc["valid"] is False
     assert any("did you mean 'model_providers'" in p for p in doc["problems"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "files", "problem"),
+    [
+        ('secrets_key_file = "absent.key"', {}, "secrets_key_file: cannot read"),
+        ('secrets_key_file = "secrets.key"', {"secrets.key": "not a key\n"}, "must hold Fernet keys"),
+        ('tls_cert = "cert.pem"\ntls_key = "key.pem"', {}, "tls_cert"),
+        ('tls_cert = "cert.pem"\ntls_key = "key.pem"', {"cert.pem": "x", "key.pem": "y"}, "tls_cert"),
+    ],
+    ids=["key-file-missing", "not-a-key", "tls-files-missing", "tls-files-not-pem"],
+)
+def test_files_serve_opens_at_start_are_checked_too(
+    tmp_path: Path, extra: str, files: dict[str, str], problem: str
+) -> None:
+    """What would stop ``rhaipool serve`` as it starts (after the config parsed) stops validate first."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    config = write_config(tmp_path, port=free_port(), extra=extra)
+    doc = json.loads(_run("validate", "--config", str(config), "--json").stdout)
+    assert doc["valid"] is False and len(doc["problems"]) == 1, doc
+    assert problem in doc["problems"][0], doc
+
+
+def test_a_good_secrets_key_file_passes(tmp_path: Path) -> None:
+    from cryptography.fernet import Fernet
+
+    keys = "".join(Fernet.generate_key().decode() + "\n" for _ in range(2))  # rotation: new, then old
+    (tmp_path / "secrets.key").write_text(keys)
+    config = write_config(tmp_path, port=free_port(), extra='secrets_key_file = "secrets.key"')
+    result = _run("validate", "--config", str(config), "--json")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_grant_of_a_table_the_operator_does_not_define_is_named(tmp_path: Path) -> None:
+    """``providers = ["grok"]`` would give the tenant nothing, and forbid it a table of its own by
+    that name."""
+    config = write_config(tmp_path, port=free_port())
+    text = config.read_text().replace("[tenants.acme]\n", '[tenants.acme]\nproviders = ["groq", "grok"]\n')
+    config.write_text(text + OPERATOR_TABLE)
+    doc = json.loads(_run("validate", "--config", str(config), "--json").stdout)
+    assert doc["valid"] is False, doc
+    assert doc["problems"] == [
+        "[tenants.acme] providers: 'grok' is no operator table ([model_providers.grok] is not defined)"
+    ]
