@@ -5,7 +5,9 @@ stored can stop the next start; a persistent write costs the entry, not the regi
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import subprocess
 import time
 import uuid
@@ -79,6 +81,90 @@ def test_a_full_disk_answers_507_and_changes_nothing(tmp_path: Path, small_disk:
             assert [e["content"] for e in c.get_region("log")["entries"]] == [*acked, "after"]
     finally:
         service.stop()
+
+
+def fill(disk: Path) -> Path:
+    """Fill the file system to its last byte; the filler file (unlink it to make room again)."""
+    filler = disk / "filler"
+    with filler.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_on_a_full_disk_every_kind_of_change_is_refused_and_changes_nothing(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """Script PUTs and deletes, region opens and deletes, replaces: each a 507 (or 503) that leaves
+    memory and the database as they were (issue 22: "B's script PUT failed while A filled the disk"
+    answered 500, and what a 500 left in memory was saved by the next good change)."""
+    big = "// " + "p" * 400_000 + "\n" + HOOK
+    service = _start(tmp_path, small_disk / "rhaipool.db")
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("kept", script="log", budget=1000, persistent=True)
+            c.write("kept", "before", tokens=1)
+            c.put_script("region_hook", "spare", HOOK)
+            c.create_region("doomed", script="log", budget=1000, persistent=True)
+            filler = fill(small_disk)
+            changes = [
+                ("PUT a script", lambda: c.put_script("region_hook", "new", big)),
+                ("PUT over a script", lambda: c.put_script("region_hook", "log", big)),
+                ("open a persistent region", lambda: c.create_region("new", script="log", budget=10**6,
+                                                                     persistent=True)),
+                ("replace", lambda: c.replace("kept", "r" * 400_000, tokens=1)),
+                ("delete a script", lambda: c.delete_script("region_hook", "spare")),
+                ("delete a region", lambda: c.delete_region("doomed")),
+            ]  # fmt: skip
+            for what, change in changes:
+                with pytest.raises(ServiceError) as refused:
+                    change()
+                assert refused.value.status in (503, 507), (what, refused.value)
+
+            def as_before() -> None:
+                assert c.get_script("region_hook", "log")["content"] == HOOK
+                assert sorted(s["name"] for s in c.list_scripts()["scripts"]) == ["log", "spare"]
+                assert sorted(r["name"] for r in c.list_regions()["regions"]) == ["doomed", "kept"]
+                assert [e["content"] for e in c.get_region("kept")["entries"]] == ["before"]
+
+            as_before()
+            filler.unlink()
+            c.write("kept", "after", tokens=1)  # a good change saves nothing the refused ones left
+        assert service.stop() == 0
+        service = _start(tmp_path, small_disk / "rhaipool.db")
+        with service.client("acme") as c:
+            assert c.get_script("region_hook", "log")["content"] == HOOK
+            assert sorted(s["name"] for s in c.list_scripts()["scripts"]) == ["log", "spare"]
+            assert sorted(r["name"] for r in c.list_regions()["regions"]) == ["doomed", "kept"]
+            assert [e["content"] for e in c.get_region("kept")["entries"]] == ["before", "after"]
+    finally:
+        service.stop()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_the_database_and_its_wal_are_0600_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    """Under umask 022 they were created 0644 (issue 22); checked once the WAL exists (after a write)."""
+    previous = os.umask(umask)
+    try:
+        service = _start(tmp_path)
+    finally:
+        os.umask(previous)
+    db = service.config.parent / "state" / "rhaipool.db"
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=1000, persistent=True)
+            c.write("log", "a", tokens=1)
+        for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+            assert path.exists(), path
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, (path, oct(path.stat().st_mode))
+    finally:
+        assert service.stop() == 0
 
 
 def test_an_idempotency_key_applies_a_retried_write_once(tmp_path: Path) -> None:
