@@ -42,10 +42,40 @@ def status_text(doc: dict[str, Any]) -> str:
     )
     if "workers" not in doc:
         for tenant in tenants:
-            for key, quota in sorted(tenant.get("quotas", {}).items()):
-                used = f"{quota['used']} of " if "used" in quota else ""
-                lines.append(f"  {key}: {used}{quota.get('limit')}")
+            for key, quota in sorted({**tenant.get("quotas", {}), **_pool_quotas(tenant)}.items()):
+                lines.append(f"  {key}: {_quota_text(quota)}")
     return "\n".join(lines)
+
+
+#: The pool's quota keys and the field of its usage each one bounds (``/api/status``, a tenant's ``pool``).
+_POOL_USE = {
+    "max_calls": "calls",
+    "max_inflight": "inflight",
+    "max_queued": "queued",
+    "cpu_seconds_per_minute": "cpu_seconds",
+    "max_loaded_scripts": "loaded_scripts",
+    "max_loaded_script_bytes": "loaded_script_bytes",
+}
+
+
+def _pool_quotas(tenant: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pool's quotas of a tenant as ``{key: {"used", "limit"}}`` (the service's own have that shape)."""
+    pool = tenant.get("pool") or {}
+    quotas = pool.get("quotas", {})
+    return {
+        key: {"limit": quotas[key], **({"used": pool[use]} if pool.get(use) is not None else {})}
+        for key, use in _POOL_USE.items()
+        if key in quotas
+    }
+
+
+def _quota_text(quota: dict[str, Any]) -> str:
+    limit, used = quota.get("limit"), quota.get("used")
+    if isinstance(used, float):
+        used = f"{used:.2f}"
+    if limit is None:
+        return f"{'' if used is None else f'{used} '}(no limit)"
+    return f"{used} of {limit}" if used is not None else f"{limit}"
 
 
 @click.command("status")

@@ -178,3 +178,13 @@ def test_status_with_a_tenant_token_shows_its_own_quotas_and_no_worker(service: 
     assert "pid" not in shown.stdout and "globex" not in shown.stdout
     admin = cli("status", "--server", service.url, admin=ADMIN)
     assert admin.exit_code == 0 and "workers (" in admin.stdout and "globex" in admin.stdout
+
+
+def test_status_with_a_tenant_token_shows_its_pool_quotas_and_use(service: ServiceProcess) -> None:
+    """The pool's quotas (calls, CPU, loaded scripts) are the tenant's too: each with its use, or none."""
+    shown = cli("status", "--server", service.url)
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert "  max_calls: 0 (no limit)" in lines and "  max_queued: 0 (no limit)" in lines, lines
+    assert "  cpu_seconds_per_minute: (no limit)" in lines, lines
+    assert any(line.startswith("  max_loaded_scripts: ") and " of 256" in line for line in lines), lines
