@@ -124,6 +124,31 @@ def test_a_granted_tenant_never_sees_the_operator_key_but_the_upstream_does(
     assert SECRET not in boundary.log()
 
 
+REFERENCE_GROQ = (Path(__file__).parent / "reference_providers" / "groq.rhai").read_text()
+"""The reference runtime's example provider, byte for byte: Leviath's ``docs/examples/groq.rhai``
+(github.com/GEMISIS/leviath at 64b6d6d4, MIT licence)."""
+
+
+def test_the_reference_runtimes_groq_provider_runs_unmodified(
+    boundary: ServiceProcess, upstream: StandinServer
+) -> None:
+    """Inference, stream and models through the service: the script holds a placeholder, its requests
+    reach the upstream with the operator's real key, and no answer carries it."""
+    before = len(upstream.requests)
+    ask = {"model": "standin-small", "messages": [{"role": "user", "content": "hi"}]}
+    with boundary.client("acme") as c:
+        c.put_script("provider", "groq", REFERENCE_GROQ)
+        answer = c.inference("groq", ask)
+        chunks = list(c.stream("groq", ask))
+        models = c.list_models("groq")
+    assert answer["content"] == "echo: hi", answer
+    assert "".join(chunk.get("delta", "") for chunk in chunks) == "echo: hi", chunks
+    assert "standin-small" in json.dumps(models), models
+    sent = upstream.requests[before:]
+    assert len(sent) == 3 and {r.headers["authorization"] for r in sent} == {f"Bearer {SECRET}"}
+    assert SECRET not in json.dumps([answer, chunks, models])
+
+
 def test_a_tenant_without_the_grant_gets_no_operator_table(boundary: ServiceProcess) -> None:
     with boundary.client("globex") as c:
         c.put_script("provider", "groq", LEAK)
