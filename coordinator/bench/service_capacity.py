@@ -318,6 +318,15 @@ def run_benchmark(
                     }
                 )
                 rss = usage["serve_rss_mib"] + usage["workers_rss_mib"]
+                print(  # progress, so a long run that is cut short still says how far it got
+                    f"step {target} tenants: created in {created:.1f} s, "
+                    f"serve {usage['serve_rss_mib']:.0f} MiB, workers {usage['workers_rss_mib']:.0f} MiB, "
+                    f"db {usage['database_mib']:.1f} MiB, "
+                    f"B p99 {figures['p99_ms']:.1f} ms (bound {bound:.0f}), quota held {held}, "
+                    f"load {load_average():.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if rss > max_rss_mib:
                     stopped_by = f"memory: {rss:.0f} MiB > {max_rss_mib:.0f} MiB at {target} tenants"
                 elif figures["p99_ms"] > bound:
