@@ -59,6 +59,8 @@ log = logging.getLogger("rhaipool.service")
 
 _CONFIG_CHECK_SECS = 1.0
 _DAY = 86_400.0
+_RETENTION_CHECK_SECS = 3600.0
+"""How often revoked tenants are looked at for a retention that ran out (more often if it is shorter)."""
 
 
 class TenantScripts:
@@ -113,6 +115,7 @@ class Service:
         lease alone does not make them servable (``own``'s unlocked path must not see them as ready)."""
         self._tenant_rows = asyncio.Lock()  # an admin change and a refresh from the database, one at a time
         self._renewer: asyncio.Task[None] | None = None
+        self._retainer: asyncio.Task[None] | None = None
         self.forwarder: Forwarder | None = None
         """With several coordinators: the pooled client that forwards a request to its tenant's owner."""
         self.shared_limits = SharedLimiters(lambda name, table: self.config.providers.table(name) == table)
@@ -163,10 +166,15 @@ class Service:
         await self._expire_revoked()
         if self.leased:
             self._renewer = asyncio.create_task(self._renew_leases(), name="rhaipool-leases")
+        self._retainer = asyncio.create_task(self._retention(), name="rhaipool-retention")
 
     async def stop(self) -> None:
         """Stop the pool and egress; give up the tenants' leases (the other coordinators take them at
         once); close the database."""
+        if self._retainer is not None:
+            self._retainer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retainer
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -428,8 +436,19 @@ class Service:
         for key in [k for k in self._saved_loads if k[0] == tenant]:
             del self._saved_loads[key]
 
+    async def _retention(self) -> None:
+        """Purge revoked tenants whose retention ran out while the service runs: every hour, or four
+        times per retention when it is shorter (a service that runs for months still honours it)."""
+        while True:
+            await asyncio.sleep(min(_RETENTION_CHECK_SECS, self.config.tenant_retention_days * _DAY / 4))
+            try:
+                async with self._tenant_rows:
+                    await self._expire_revoked()
+            except StorageFailed as exc:
+                log.warning("revoked tenants past their retention not purged yet: %s", exc.error)
+
     async def _expire_revoked(self) -> None:
-        """Purge revoked tenants whose retention ran out (at start-up and at every admin change)."""
+        """Purge revoked tenants whose retention ran out (at start-up, then by :meth:`_retention`)."""
         deadline = time.time() - self.config.tenant_retention_days * _DAY
         for tenant, at in list(self._revoked.items()):
             if at < deadline:

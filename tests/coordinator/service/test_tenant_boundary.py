@@ -251,6 +251,35 @@ def test_an_api_tenant_is_revoked_then_purged(boundary: ServiceProcess) -> None:
         assert "initech" not in {r["id"] for r in admin.list_tenants()["tenants"]}
 
 
+def test_a_revoked_tenant_is_purged_when_its_retention_runs_out_while_the_service_runs(
+    tmp_path: Path,
+) -> None:
+    """tenant_retention_days of about 1.7 s: the revoked tenant's data is gone a moment later, without a
+    restart (a service that runs for months still honours its retention)."""
+    port = free_port()
+    config = write_config(tmp_path, port=port, extra="tenant_retention_days = 0.00002")
+    service = ServiceProcess.start(config, port)
+    token = "initech-token"
+    try:
+        with service.client(None, token=ADMIN) as admin:
+            admin.put_tenant("initech", sha(token))
+            with service.client(None, token=token) as t:
+                t.put_script("region_hook", "log", HOOK)
+                t.create_region("notes", script="log", budget=100, persistent=True)
+            admin.delete_tenant("initech")
+            assert "initech" in {r["id"] for r in admin.list_tenants()["tenants"]}  # revoked, kept
+            deadline = time.monotonic() + 15
+            while "initech" in {r["id"] for r in admin.list_tenants()["tenants"]}:
+                assert time.monotonic() < deadline, "the revoked tenant outlived its retention"
+                time.sleep(0.2)
+            admin.put_tenant("initech", sha(token))  # the id again: a new tenant, nothing of the old one
+            with service.client(None, token=token) as t:
+                assert t.list_regions()["regions"] == [] and t.list_scripts()["scripts"] == []
+        assert "initech" in service.log() and "purged" in service.log()
+    finally:
+        assert service.stop() == 0
+
+
 def test_metrics_need_the_admin_or_the_metrics_token(boundary: ServiceProcess) -> None:
     assert httpx.get(f"{boundary.url}/metrics").status_code == 401
     assert (
