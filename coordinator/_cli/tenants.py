@@ -58,8 +58,9 @@ def _find(client: Client, tenant: str) -> dict[str, Any] | None:
     return next((row for row in tenant_rows(client.list_tenants()) if row["id"] == tenant), None)
 
 
-def _issue(client: Client, tenant: str, *, new: bool) -> tuple[str, str]:
-    """Check the tenant is (``new``: is not yet) there, then send a fresh token's hash; the token.
+def _issue(client: Client, tenant: str, *, new: bool) -> tuple[str, str, bool]:
+    """Check the tenant is (``new``: is not yet) there, then send a fresh token's hash; the token, its
+    hash, and whether the tenant was revoked (a token reinstates it, with its data).
 
     Between the check and the PUT another admin could act: the PUT is still only "set this hash".
     """
@@ -75,12 +76,12 @@ def _issue(client: Client, tenant: str, *, new: bool) -> tuple[str, str]:
         raise TenantStateError(tenant, f"no such tenant: '{tenant}' (`rhaipool tenants add` makes one)")
     token, sha = new_token()
     client.put_tenant(tenant, sha)
-    return token, sha
+    return token, sha, bool(found and found["revoked"])
 
 
-def _print_token(tenant: str, token: str, sha: str, as_json: bool, verb: str) -> None:
+def _print_token(tenant: str, token: str, sha: str, as_json: bool, verb: str, **extra: Any) -> None:
     if as_json:
-        click.echo(json.dumps({"tenant": tenant, "token": token, "token_sha256": sha}))
+        click.echo(json.dumps({"tenant": tenant, "token": token, "token_sha256": sha, **extra}))
         return
     click.echo(f"tenant '{tenant}' {verb}; its token is printed once, below: store it now", err=True)
     click.echo(token)
@@ -111,7 +112,7 @@ def list_(server: str | None, config_path: Path | None, as_json: bool) -> None:
 @service_options
 def add(tenant: str, server: str | None, config_path: Path | None, as_json: bool) -> None:
     """Add TENANT with a new token, printed once (exits 1 if TENANT exists)."""
-    token, sha = _run(server, config_path, as_json, lambda c: _issue(c, tenant, new=True))
+    token, sha, _ = _run(server, config_path, as_json, lambda c: _issue(c, tenant, new=True))
     _print_token(tenant, token, sha, as_json, "added")
 
 
@@ -119,9 +120,14 @@ def add(tenant: str, server: str | None, config_path: Path | None, as_json: bool
 @click.argument("tenant")
 @service_options
 def rotate(tenant: str, server: str | None, config_path: Path | None, as_json: bool) -> None:
-    """Give TENANT a new token, printed once; the old one stops working at once."""
-    token, sha = _run(server, config_path, as_json, lambda c: _issue(c, tenant, new=False))
-    _print_token(tenant, token, sha, as_json, "has a new token")
+    """Give TENANT a new token, printed once; the old one stops working at once.
+
+    A revoked TENANT is reinstated by it, with the data the service kept (said so, and
+    "reinstated": true with --json).
+    """
+    token, sha, revoked = _run(server, config_path, as_json, lambda c: _issue(c, tenant, new=False))
+    verb = "is reinstated (with the data kept since its revocation) and has a new token"
+    _print_token(tenant, token, sha, as_json, verb if revoked else "has a new token", reinstated=revoked)
 
 
 @tenants.command("revoke")

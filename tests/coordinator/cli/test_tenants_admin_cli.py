@@ -128,3 +128,16 @@ def test_a_listing_of_bare_ids_or_rows_reads_the_same() -> None:
         {"id": "a", "source": "config", "revoked": False},
         {"id": "b", "source": None, "revoked": False},
     ]
+
+
+def test_rotate_of_a_revoked_tenant_says_it_reinstates_it(service: ServiceProcess) -> None:
+    """The service reinstates a revoked tenant given a token (its data comes back): rotate says so."""
+    cli(service, "add", "backco")
+    assert cli(service, "revoke", "backco").exit_code == 0
+    again = json.loads(cli(service, "rotate", "backco", "--json").stdout)
+    assert again["reinstated"] is True and signs_in(service, again["token"])
+    plain = cli(service, "rotate", "backco", "--json")
+    assert json.loads(plain.stdout)["reinstated"] is False
+    cli(service, "revoke", "backco")
+    shown = cli(service, "rotate", "backco")
+    assert shown.exit_code == 0 and "reinstated" in shown.stderr, shown.output
