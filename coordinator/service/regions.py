@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import json
 import logging
 import operator
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -72,7 +73,7 @@ class Slot:
     """One open region with what it was opened from; ``lock`` orders changes and their saves.
 
     ``saved`` is the entry tuple last accounted for (and, when persistent, committed), ``seqs`` and
-    ``sizes`` its rows' sequence numbers and content bytes, ``ids`` each entry's seq by identity.
+    ``sizes`` its rows' sequence numbers and bytes (:func:`_size`), ``ids`` each entry's seq by identity.
     """
 
     tenant: str
@@ -113,8 +114,21 @@ class _Plan:
     bytes: int
 
 
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _size(entry: Entry) -> int:
-    return len(entry.content.encode("utf-8", "surrogatepass"))
+    """What ``max_entry_bytes`` counts of an entry: every string it holds and stores (its content, key,
+    tool call ids, names, signatures and arguments as JSON, tool result's call id and tool name), so no
+    field of an entry is a way around the quota."""
+    size = (
+        _bytes(entry.content) + _bytes(entry.key or "") + _bytes(entry.tool_call_id) + _bytes(entry.tool_name)
+    )
+    for call in entry.tool_calls:
+        arguments = json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":"))
+        size += _bytes(call.id) + _bytes(call.name) + _bytes(call.thought_signature or "") + _bytes(arguments)
+    return size
 
 
 def _plan(slot: Slot, new: tuple[Entry, ...]) -> _Plan:

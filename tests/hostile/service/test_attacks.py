@@ -15,9 +15,12 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hostile_service import MIB, PONG, Answer, Arena, Attacker, assert_typed, latency_bound, p99
+from service_support import ADMIN, sha
 
 HOOK = 'fn render(ctx) { ctx.entries.map(|e| e.content).reduce(|a, b| a + b, "") }'
 ENTRY_QUOTA = 4 * MIB
@@ -38,6 +41,17 @@ def mallory(arena: Arena) -> Attacker:
     stored = arena.attacker.put_script("region_hook", "plain", HOOK)
     assert stored.status == 200, stored.text
     return arena.attacker
+
+
+def add_tenant(arena: Arena, tenant: str, token: str) -> Attacker:
+    """A tenant with the defaults' quotas, added through the admin API; its connection from A's address."""
+    admin = Attacker(arena.port, ADMIN)
+    try:
+        answer = admin.request("PUT", f"/api/admin/tenants/{tenant}", {"token_sha256": sha(token)})
+    finally:
+        admin.close()
+    assert answer.status in (200, 201), answer.text
+    return Attacker(arena.port, token)
 
 
 def test_a_300_character_name_is_refused_before_anything_is_stored(arena: Arena, mallory: Attacker) -> None:
@@ -95,6 +109,46 @@ def test_200_one_megabyte_writes_stop_at_the_entry_quota(arena: Arena, mallory: 
 
     restored()
     arena.after_restart.append(("A's accepted 1 MB writes, and its quota still full", restored))
+
+
+STUFFED: dict[str, Callable[[int], dict[str, Any]]] = {
+    "tool_calls": lambda i: {
+        "kind": "assistant_turn",
+        "tool_calls": [{"id": f"c{i}", "name": "n", "arguments": {"a": "t" * MEGABYTE}}],
+    },
+    "key": lambda i: {"key": f"{i}-" + "k" * MEGABYTE},
+    "tool_name": lambda i: {"kind": "tool_result", "tool_name": "n" * MEGABYTE},
+    "tool_call_id": lambda i: {"kind": "tool_result", "tool_call_id": "i" * MEGABYTE},
+}
+"""A megabyte in each field of an entry but its content (which stays empty)."""
+
+
+def test_a_megabyte_in_any_field_of_an_entry_counts_against_the_entry_quota(arena: Arena) -> None:
+    """An entry's key, tool calls, tool name and call id are held and stored like its content: writes
+    that put a megabyte in one of them stop at ``max_entry_bytes`` too (counting the content alone, 8 × 1 MB
+    in each of the four fields were all accepted under a 4 MiB quota, which showed 0 bytes used)."""
+    stuffer = add_tenant(arena, "stuffer", "stuffer-token-0c41")
+    try:
+        assert stuffer.put_script("region_hook", "plain", HOOK).status == 200
+        region = {"name": "stuffed", "script": "plain", "budget": 100_000, "persistent": True}
+        with arena.alongside("a megabyte in every field of an entry"):
+            for field, body in STUFFED.items():
+                assert stuffer.request("POST", "/api/regions", region).status == 201
+                accepted = 0
+                for i in range(8):
+                    entry = {"content": "", "tokens": 0, **body(i)}
+                    answer = stuffer.request("POST", "/api/regions/stuffed/write", entry)
+                    if answer.status == 200:
+                        accepted += 1
+                        continue
+                    assert "max_entry_bytes" in str(assert_typed(answer, (413,))), field
+                assert accepted <= ENTRY_QUOTA // MEGABYTE, f"{field}: {accepted} of 8 megabytes accepted"
+                (mine,) = stuffer.request("GET", "/api/status").json()["tenants"]
+                used = mine["quotas"]["max_entry_bytes"]["used"]
+                assert accepted * MEGABYTE <= used <= ENTRY_QUOTA, (field, used)
+                assert stuffer.request("DELETE", "/api/regions/stuffed").status == 204
+    finally:
+        stuffer.close()
 
 
 def test_script_puts_stop_at_the_script_quotas(arena: Arena, mallory: Attacker) -> None:
