@@ -335,7 +335,21 @@ class Service:
     # -- tenants ---------------------------------------------------------------------------------
 
     def _load_tenants(self) -> None:
-        """The token table from the config file's tenants and the database's active ones."""
+        """The token table from the config file's tenants and the database's active ones.
+
+        A config-file tenant takes over the admin-API row of its id (an API tenant moved into the file
+        keeps its data), except a revoked one's: that data waits for its purge, and a tenant the file
+        defines anew (a new token, maybe someone else) must not inherit it, so the config is refused
+        (:class:`ServiceConfigError`: at a reload the last good one stays) until the purge.
+        """
+        revoked = sorted(r.id for r in self.storage.tenants() if r.revoked_at is not None)
+        taken = [tenant for tenant in revoked if tenant in self.config.tenants]
+        if taken:
+            raise ServiceConfigError(
+                f"[tenants.{taken[0]}]: tenant '{taken[0]}' was revoked over the admin API and its data is "
+                f"kept until it is purged; purge it first (rhaipool tenants purge {taken[0]}) or give the "
+                "config file's tenant another id"
+            )
         owned = self.storage.forget_tenant_rows(self.config.tenants)
         for tenant in owned:
             log.warning("tenant %s is defined in the config file: its admin-API row was dropped", tenant)

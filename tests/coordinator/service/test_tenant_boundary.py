@@ -280,6 +280,35 @@ def test_a_revoked_tenant_is_purged_when_its_retention_runs_out_while_the_servic
         assert service.stop() == 0
 
 
+def test_a_revoked_tenants_id_in_the_config_file_does_not_inherit_its_data(tmp_path: Path) -> None:
+    """A revoked API tenant's data waits for its purge; a config-file tenant given the same id (a new
+    token, maybe someone else) is refused until that purge, then starts with nothing."""
+    port = free_port()
+    config = write_config(tmp_path, port=port)
+    service = ServiceProcess.start(config, port)
+    try:
+        with service.client(None, token=ADMIN) as admin:
+            admin.put_tenant("hooli", sha("old-token"))
+            with service.client(None, token="old-token") as old:
+                old.put_script("region_hook", "plan", HOOK)
+            admin.delete_tenant("hooli")
+            config.write_text(config.read_text() + f'[tenants.hooli]\ntoken_sha256 = "{sha("new-token")}"\n')
+            service.process.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while "revoked over the admin API" not in service.log():
+                assert time.monotonic() < deadline, "the reload was not refused"
+                time.sleep(0.1)
+            with service.client(None, token="new-token") as new, pytest.raises(ServiceError) as denied:
+                new.list_scripts()
+            assert denied.value.status == 401
+            admin.delete_tenant("hooli", purge=True)
+            admin.reload()
+        with service.client(None, token="new-token") as new:
+            assert new.list_scripts()["scripts"] == []
+    finally:
+        assert service.stop() == 0
+
+
 def test_metrics_need_the_admin_or_the_metrics_token(boundary: ServiceProcess) -> None:
     assert httpx.get(f"{boundary.url}/metrics").status_code == 401
     assert (
