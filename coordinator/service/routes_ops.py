@@ -59,7 +59,8 @@ async def metrics(request: Request) -> Response:
 
 
 def _tenant_document(service: Any, tenant: str) -> dict[str, Any]:
-    """One tenant's own view: what it holds against each of its service quotas."""
+    """One tenant's own view: what it holds against each of its service quotas, its egress and
+    dedicated-worker limits, and the pool's quotas with their use (``pool``)."""
     limits = service.limits(tenant)
     scripts = service.scripts(tenant)
     return {
@@ -74,6 +75,9 @@ def _tenant_document(service: Any, tenant: str) -> dict[str, Any]:
             "max_streams": {"limit": limits.max_streams},
             "max_connections": {"limit": limits.max_connections},
             "provider_call_secs": {"limit": limits.provider_call_secs},
+            "egress_max_inflight": {"limit": limits.egress_max_inflight},
+            "egress_max_bytes": {"limit": limits.egress_max_bytes},
+            "dedicated_workers": {"limit": limits.dedicated_workers},
         },
         "pool": asdict(service.pool.tenant_usage(tenant)),
     }

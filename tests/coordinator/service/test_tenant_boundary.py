@@ -334,7 +334,13 @@ def test_a_tenant_status_shows_only_its_own_tenant(boundary: ServiceProcess) -> 
         status = c.status()
     assert "workers" not in status
     assert [t["id"] for t in status["tenants"]] == ["globex"]
-    assert status["tenants"][0]["quotas"]["max_regions"]["limit"] == 2
+    quotas = status["tenants"][0]["quotas"]
+    assert quotas["max_regions"]["limit"] == 2
+    # egress's and the pool's placement limits are the tenant's too
+    assert quotas["egress_max_inflight"] == {"limit": 128} and quotas["egress_max_bytes"] == {
+        "limit": 64 << 20
+    }
+    assert quotas["dedicated_workers"] == {"limit": 0}
     with boundary.client(None, token=ADMIN) as admin:
         full = admin.status()
     assert full["workers"] and {t["id"] for t in full["tenants"]} >= {"acme", "globex"}
