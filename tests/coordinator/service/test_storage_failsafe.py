@@ -11,7 +11,7 @@ import stat
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -112,7 +112,7 @@ def test_on_a_full_disk_every_kind_of_change_is_refused_and_changes_nothing(
             c.put_script("region_hook", "spare", HOOK)
             c.create_region("doomed", script="log", budget=1000, persistent=True)
             filler = fill(small_disk)
-            changes = [
+            changes: list[tuple[str, Callable[[], object]]] = [
                 ("PUT a script", lambda: c.put_script("region_hook", "new", big)),
                 ("PUT over a script", lambda: c.put_script("region_hook", "log", big)),
                 ("open a persistent region", lambda: c.create_region("new", script="log", budget=10**6,
