@@ -105,6 +105,10 @@ class TenantLimits:
     """Scripts stored."""
     max_script_bytes: int = 16 * _MIB
     """Bytes of scripts stored."""
+    max_provider_tables: int = 64
+    """Provider tables of the tenant's own (``PUT /api/providers/{name}/config``)."""
+    max_provider_table_bytes: int = _MIB
+    """Bytes of the tenant's own provider tables in all, as JSON."""
     max_streams: int = 32
     """Provider streams open at once."""
     max_connections: int = 64

@@ -63,6 +63,7 @@ def _tenant_document(service: Any, tenant: str) -> dict[str, Any]:
     dedicated-worker limits, and the pool's quotas with their use (``pool``)."""
     limits = service.limits(tenant)
     scripts = service.scripts(tenant)
+    tables, table_bytes = service.provider_table_use(tenant)
     return {
         "id": tenant,
         "regions": service.regions.count(tenant),
@@ -71,6 +72,8 @@ def _tenant_document(service: Any, tenant: str) -> dict[str, Any]:
             "max_entry_bytes": {"used": service.regions.entry_bytes(tenant), "limit": limits.max_entry_bytes},
             "max_scripts": {"used": len(scripts), "limit": limits.max_scripts},
             "max_script_bytes": {"used": service.script_bytes(tenant), "limit": limits.max_script_bytes},
+            "max_provider_tables": {"used": tables, "limit": limits.max_provider_tables},
+            "max_provider_table_bytes": {"used": table_bytes, "limit": limits.max_provider_table_bytes},
             "max_region_budget": {"limit": limits.max_region_budget},
             "max_streams": {"limit": limits.max_streams},
             "max_connections": {"limit": limits.max_connections},

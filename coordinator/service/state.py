@@ -99,6 +99,8 @@ class Service:
         self._runtimes: dict[str, ProviderRuntime] = {}
         self._scripts: dict[str, dict[tuple[str, str], ScriptStamp]] = {}
         self._tables: dict[str, dict[str, ProviderTable]] = {}
+        self._table_bytes: dict[str, dict[str, int]] = {}
+        """The size of each of a tenant's own provider tables, as JSON (``max_provider_table_bytes``)."""
         self._api_tenants: dict[str, str] = {}
         self._revoked: dict[str, float] = {}
         self._saved_loads: dict[tuple[str, str], Any] = {}
@@ -234,7 +236,7 @@ class Service:
     def _drop_tenant(self, tenant: str) -> None:
         """Forget a tenant another coordinator serves now (its rows are the new owner's)."""
         self._scripts.pop(tenant, None)
-        self._tables.pop(tenant, None)
+        self._forget_tables(tenant)
         self._forget(tenant)
 
     async def _renew_leases(self) -> None:
@@ -434,7 +436,7 @@ class Service:
             await self.storage.purge_tenant(tenant)
             self._revoked.pop(tenant, None)
             self._scripts.pop(tenant, None)
-            self._tables.pop(tenant, None)
+            self._forget_tables(tenant)
         else:
             now = time.time()
             if await self.storage.revoke_tenant(tenant, now):
@@ -474,7 +476,7 @@ class Service:
                 await self.storage.purge_tenant(tenant)
                 self._revoked.pop(tenant, None)
                 self._scripts.pop(tenant, None)
-                self._tables.pop(tenant, None)
+                self._forget_tables(tenant)
 
     # -- scripts ---------------------------------------------------------------------------------
 
@@ -537,6 +539,16 @@ class Service:
                 log.warning("provider table %s/%s set aside: %s", tenant, name, exc)
                 continue
             self._tables.setdefault(tenant, {})[name] = table
+            self._table_bytes.setdefault(tenant, {})[name] = _json_bytes(raw)
+
+    def _forget_tables(self, tenant: str) -> None:
+        self._tables.pop(tenant, None)
+        self._table_bytes.pop(tenant, None)
+
+    def provider_table_use(self, tenant: str) -> tuple[int, int]:
+        """How many provider tables of its own the tenant has, and their bytes as JSON."""
+        sizes = self._table_bytes.get(tenant, {})
+        return len(sizes), sum(sizes.values())
 
     def _tables_of(self, tenant: str) -> tuple[tuple[str, ProviderTable], ...]:
         """The operator's tables granted to the tenant, then its own (granted names cannot be its own)."""
@@ -572,6 +584,20 @@ class Service:
             table = parse_provider_table(name, raw, base_dir=self.config.database.parent, tenant_owned=True)
         except ProviderConfigError as exc:
             raise RouteError(400, str(exc)) from None
+        limits, sizes = self.limits(tenant), self._table_bytes.get(tenant, {})
+        if name not in sizes and len(sizes) >= limits.max_provider_tables:
+            raise LimitReached(
+                "max_provider_tables", f"the tenant already has {limits.max_provider_tables} provider tables"
+            )
+        size = _json_bytes(raw)
+        total = sum(sizes.values()) - sizes.get(name, 0) + size
+        if total > limits.max_provider_table_bytes:
+            raise LimitReached(
+                "max_provider_table_bytes",
+                f"the tenant's provider tables would take {total} bytes, over its "
+                f"{limits.max_provider_table_bytes}",
+                status=413,
+            )
         redacted = redacted_table(table)
         try:
             sealed = self.sealer.seal(raw, secret="********" in json.dumps(redacted))
@@ -579,12 +605,14 @@ class Service:
             raise RouteError(409, str(exc)) from None
         await self.storage.put_provider_table(tenant, name, sealed)
         self._tables.setdefault(tenant, {})[name] = table
+        self._table_bytes.setdefault(tenant, {})[name] = size
         self._reconfigure(tenant)
         return redacted
 
     async def delete_provider_config(self, tenant: str, name: str) -> bool:
         """Remove the tenant's own table; whether it had one."""
         existed = await self.storage.delete_provider_table(tenant, name)
+        self._table_bytes.get(tenant, {}).pop(name, None)
         if self._tables.get(tenant, {}).pop(name, None) is not None:
             self._reconfigure(tenant)
         return existed
@@ -646,6 +674,11 @@ _POOL_KEYS = tuple(f.name for f in fields(TenantQuotas))
 
 def _pool_quotas(limits: TenantLimits) -> TenantQuotas:
     return TenantQuotas(**{key: getattr(limits, key) for key in _POOL_KEYS})
+
+
+def _json_bytes(table: dict[str, Any]) -> int:
+    """A provider table's size as its quota counts it: UTF-8 bytes of its JSON."""
+    return len(json.dumps(table, sort_keys=True).encode("utf-8"))
 
 
 def _egress_quotas(limits: TenantLimits) -> EgressQuota:

@@ -123,3 +123,44 @@ def test_without_a_tenant_token_every_config_route_is_401(service: ServiceProces
     for method in ("PUT", "GET", "DELETE"):
         r = httpx.request(method, f"{service.url}/api/providers/mine/config", json=TABLE, timeout=30)
         assert r.status_code == 401 and r.json() == {"error": "unauthorized"}
+
+
+def test_a_tenants_own_tables_are_bounded_by_count_and_bytes(tmp_path: Any, standin: StandinServer) -> None:
+    """``max_provider_tables`` and ``max_provider_table_bytes`` ([tenants.<id>]): past either a PUT is
+    refused (429, 413) and nothing is stored; replacing a table counts its new size, not both."""
+    key = tmp_path / "secrets.key"
+    key.write_bytes(Fernet.generate_key())
+    port = free_port()
+    config = write_config(tmp_path, port=port, standin=standin.base_url, extra=f'secrets_key_file = "{key}"')
+    acme = config.read_text().index("[tenants.acme]\n") + len("[tenants.acme]\n")
+    text = config.read_text()
+    config.write_text(
+        text[:acme] + "max_provider_tables = 2\nmax_provider_table_bytes = 3000\n" + text[acme:]
+    )
+    running = ServiceProcess.start(config, port)
+    try:
+        small = {"base_url": "https://api.example.com/v1"}
+        assert _call(running, "PUT", "one", small).status_code == 200
+        assert _call(running, "PUT", "two", small).status_code == 200
+        third = _call(running, "PUT", "three", small)
+        assert third.status_code == 429 and "max_provider_tables" in third.text, third.text
+        big = {**small, "blob": "b" * 2950}
+        too_big = _call(running, "PUT", "two", big)
+        assert too_big.status_code == 413 and "max_provider_table_bytes" in too_big.text, too_big.text
+        assert _call(running, "GET", "two").json() == small  # nothing changed
+        assert _call(running, "PUT", "one", {**small, "blob": "b" * 2000}).status_code == 200  # a replacement
+        assert _call(running, "PUT", "two", small, tenant="globex").status_code == 200  # another tenant's own
+        assert _call(running, "DELETE", "two").status_code == 204
+        assert _call(running, "PUT", "three", small).status_code == 200
+        with running.client("acme") as c:
+            quotas = c.status()["tenants"][0]["quotas"]
+        assert quotas["max_provider_tables"]["used"] == 2 and quotas["max_provider_tables"]["limit"] == 2
+        assert 2000 < quotas["max_provider_table_bytes"]["used"] <= 3000
+    finally:
+        assert running.stop() == 0
+    restarted = ServiceProcess.start(config, port)  # the tables read back count as they did
+    try:
+        refused = _call(restarted, "PUT", "four", small)
+        assert refused.status_code == 429 and "max_provider_tables" in refused.text, refused.text
+    finally:
+        assert restarted.stop() == 0
