@@ -242,12 +242,12 @@ class Cluster:
             self.haproxy.terminate()
             self.haproxy.wait(10)
 
-    def setup_tenants(self) -> None:
-        """Each tenant's provider script and persistent region, through the balancer."""
+    def setup_tenants(self, url: str | None = None) -> None:
+        """Each tenant's provider script and persistent region, through the balancer (or ``url``)."""
         script = GROQ_SCRIPT.read_text()
         for tenant in self.tenants:
             headers = {"Authorization": f"Bearer {tenant_token(tenant)}"}
-            with httpx.Client(base_url=self.url, headers=headers, timeout=30) as http:
+            with httpx.Client(base_url=url or self.url, headers=headers, timeout=30) as http:
                 for method, path, body in (
                     ("PUT", "/api/scripts/provider/groq", {"content": script}),
                     ("PUT", "/api/scripts/region_hook/log", {"content": HOOK}),
@@ -307,12 +307,15 @@ class TenantLoad:
     failures: list[str] = field(default_factory=list)
     """Calls that ended without an answer the client could use (status and why)."""
     inferences: bool = True
+    first: int = 0
+    """The number of the first write (``<tenant>-w<n>``): another load of the same tenant starts past
+    the last one's, so that every write's text stays unique."""
 
     async def run(self, stop: asyncio.Event) -> None:
         headers = {"Authorization": f"Bearer {tenant_token(self.tenant)}"}
         limits = httpx.Limits(max_connections=2)
         async with httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, limits=limits) as http:
-            n = 0
+            n = self.first
             while not stop.is_set():
                 await self._write(http, f"{self.tenant}-w{n}")
                 if self.inferences:

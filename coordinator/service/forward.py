@@ -8,9 +8,12 @@ the owner's reply comes back as it is written: status, headers, and the body chu
 events as they come, compressed bodies untouched). The owner checks the credential again and applies
 the idempotency key; no trust between coordinators is added beyond the shared database.
 
-The forward carries :data:`HOP`, naming this coordinator: a coordinator that receives a forwarded
-request for a tenant it does not own either refuses it (``503`` and ``Retry-After``: the lease moved
-while the request travelled) and never forwards it again, so a request crosses one hop at most. An
+The forward carries :data:`HOP`, naming this coordinator (and the proof that a coordinator wrote it:
+``handover.py``): a coordinator that receives a forwarded request for a tenant it does not own refuses
+it (``503`` and ``Retry-After``: the lease moved while the request travelled) and never forwards it
+again, so a request crosses one hop at most. An owner handing the tenant over answers ``503`` with
+``rhaipool-moving``: that answer is not relayed (:meth:`Forwarder.forward` returns True and the gate
+tries again, here once the lease is free). An
 owner that cannot be reached, or that stops answering before its reply began, is a ``503`` with
 ``Retry-After`` (never a reply of this coordinator's own); an owner that dies while its reply streams
 ends the connection to the client, as its own death would have.
@@ -32,9 +35,10 @@ from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
 from coordinator.service.config import ServeConfig
+from coordinator.service.handover import MOVING_HEADER, PROOF_HEADER
 from coordinator.service.storage import Lease
 
-__all__ = ["HOP", "SERVED_BY", "Forwarder", "advertised", "elsewhere", "refusal"]
+__all__ = ["HOP", "SERVED_BY", "Forwarder", "advertised", "elsewhere", "read_body", "refusal"]
 
 HOP: Final = b"rhaipool-forwarded-by"
 """The header a forwarded request carries (the forwarding coordinator's id): it is never forwarded again."""
@@ -58,6 +62,8 @@ _HOP_BY_HOP: Final = frozenset(
         b"content-length",
     }
 )
+_OURS: Final = frozenset({HOP, PROOF_HEADER, MOVING_HEADER})
+"""The coordinators' own headers: a client's copies are not passed on."""
 _REPLY_DROPS: Final = (_HOP_BY_HOP - {b"content-length"}) | {b"date", b"server"}
 """Not relayed from the owner's reply: its length holds (the body passes as it is); the server here
 writes its own ``date`` and ``server``."""
@@ -91,8 +97,9 @@ def refusal(message: str) -> tuple[int, bytes, tuple[tuple[bytes, bytes], ...]]:
 class Forwarder:
     """One pooled HTTP client to the other coordinators (opened and closed with the service)."""
 
-    def __init__(self, me: str, read_secs: float, per_owner: int, idle_secs: float) -> None:
+    def __init__(self, me: str, proof: str, read_secs: float, per_owner: int, idle_secs: float) -> None:
         self.me = me
+        self._proof = proof
         self._read_secs = read_secs
         self._per_owner = per_owner
         self._idle_secs = idle_secs
@@ -125,29 +132,31 @@ class Forwarder:
         self,
         lease: Lease,
         scope: Scope,
+        body: bytes,
         receive: Receive,
         send: Send,
         still_owner: Callable[[], Awaitable[bool]],
         every: float,
-    ) -> None:
-        """Answer the request with the owner's reply (or a 503 saying why there is none).
+    ) -> bool:
+        """Answer the request (its ``body`` read already) with the owner's reply, or a 503 saying why
+        there is none; True, with nothing sent, when the owner answered that it is handing the tenant
+        over (the caller tries again).
 
         ``still_owner`` is asked every ``every`` seconds while the reply is awaited or streams: when
         the lease moved (the owner stopped answering -- paused, cut off -- and its lease ran out), the
-        wait ends with a 503, or the stream is cut, instead of hanging on a coordinator that no longer
-        serves the tenant."""
+        wait ends with a 503, or the stream is cut, ``every`` seconds later unless the reply ended in
+        that time (an owner that handed the tenant over answers what it admitted before releasing the
+        lease, so a forward racing the hand-over gets its whole answer), instead of hanging on a
+        coordinator that no longer serves the tenant."""
         if self._session is None or not lease.url:
             await _answer(send, *refusal(elsewhere(lease, ", whose address is not known")))
-            return
-        body, disconnected = await _read_body(receive)
-        if disconnected:
-            return
+            return False
         path = scope.get("raw_path") or scope["path"].encode()
         if not path.startswith(b"/"):
             await _answer(
                 send, 400, json.dumps({"error": "the request's target must be a path"}).encode(), ()
             )
-            return
+            return False
         target = lease.url + path.decode("latin-1")
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
@@ -155,18 +164,25 @@ class Forwarder:
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))
             for k, v in scope["headers"]
-            if k not in _HOP_BY_HOP and k != HOP
+            if k not in _HOP_BY_HOP and k not in _OURS
         ]
-        headers.append((HOP.decode(), self.me))
+        headers += [(HOP.decode(), self.me), (PROOF_HEADER.decode(), self._proof)]
         self.forwarded += 1
         started = [False]
-        pump = asyncio.ensure_future(self._relay(lease, scope["method"], url, headers, body, send, started))
+        moving = [False]
+        pump = asyncio.ensure_future(
+            self._relay(lease, scope["method"], url, headers, body, send, started, moving)
+        )
         left = asyncio.ensure_future(_disconnect(receive))
         moved = asyncio.ensure_future(_moved(still_owner, every))
         gone = False
         try:
             await asyncio.wait((pump, left, moved), return_when=asyncio.FIRST_COMPLETED)
-            gone = moved.done() and not pump.done()
+            if moved.done() and not pump.done():
+                # An owner that handed the tenant over answered everything it admitted before its
+                # release: its reply is on the way. One that was paused or cut off sends nothing.
+                await asyncio.wait((pump, left), timeout=every)
+                gone = not pump.done() and not left.done()
         finally:
             for task in (pump, left, moved):
                 if not task.done():
@@ -182,6 +198,7 @@ class Forwarder:
                 why = f", at {lease.url}, which stopped answering and lost its lease"
                 await _answer(send, *refusal(elsewhere(lease, why, _UNKNOWN)))
             # else: the reply unfinished, the server ends the client's connection
+        return moving[0]
 
     async def _relay(
         self,
@@ -192,12 +209,17 @@ class Forwarder:
         body: bytes,
         send: Send,
         started: list[bool],
+        moving: list[bool],
     ) -> None:
         assert self._session is not None
         try:
             async with self._session.request(
                 method, url, headers=headers, data=body or None, allow_redirects=False
             ) as reply:
+                if reply.status == 503 and MOVING_HEADER.decode() in reply.headers:
+                    await reply.read()  # the connection goes back to the pool
+                    moving[0] = True
+                    return
                 head = [(k, v) for k, v in reply.raw_headers if k.lower() not in _REPLY_DROPS]
                 head.append((SERVED_BY, lease.owner.encode()))
                 started[0] = True
@@ -247,7 +269,7 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-async def _read_body(receive: Receive) -> tuple[bytes, bool]:
+async def read_body(receive: Receive) -> tuple[bytes, bool]:
     """The whole request body (the server already bounds it), and whether the client went away."""
     chunks = []
     while True:

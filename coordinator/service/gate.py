@@ -13,16 +13,19 @@ rotated its requests in flight are cut with 401 (unless their reply had begun).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.service.errors import StorageFailed
-from coordinator.service.forward import HOP, elsewhere, refusal
+from coordinator.service.forward import HOP, Forwarder, elsewhere, read_body, refusal
+from coordinator.service.handover import RETRY_SECS
 from coordinator.service.metrics import Metrics
 from coordinator.service.observer import current_request
 from coordinator.service.state import Service
@@ -32,6 +35,7 @@ __all__ = ["EXEMPT", "Gate"]
 
 EXEMPT: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
 calls_log = logging.getLogger("rhaipool.service.calls")
+log = logging.getLogger("rhaipool.service")
 _TOO_BIG: Final = json.dumps({"error": "request headers too large"}).encode()
 _REFUSAL: Final = json.dumps({"error": "the service is shutting down; retry on another instance"}).encode()
 _REVOKED: Final = json.dumps({"error": "unauthorized: the tenant's token was revoked"}).encode()
@@ -56,6 +60,8 @@ class Gate:
         self._idle.set()
         self._holders: dict[str, tuple[float, Lease | None]] = {}  # tenant -> when asked, who held it
         self._forwards: dict[str, int] = {}  # tenant -> its requests being forwarded now
+        self._quiet: dict[str, asyncio.Event] = {}  # tenant -> set when its last request here ends
+        self._handing: set[asyncio.Task[None]] = set()
 
     @property
     def inflight(self) -> int:
@@ -76,7 +82,16 @@ class Gate:
         if tenant is None:
             await self._track(scope, receive, send)
             return
-        if self.service.leased:  # several coordinators: serve a tenant only under its lease
+        if not self.service.leased:
+            await self._admit(tenant, send, lambda: self._track(scope, receive, send, tenant))
+            return
+        # Several coordinators: serve a tenant only under its lease, else pass the request to its owner.
+        hop = next((value for key, value in scope["headers"] if key == HOP), None)
+        handovers = self.service.handovers
+        if hop is not None and handovers.just_released(tenant) is not None:
+            await _answer(send, *handovers.answer(tenant))  # sent before the hand-over: tried again
+            return
+        while True:
             try:
                 lease = await self.service.own(tenant)
             except StorageFailed as exc:
@@ -84,8 +99,24 @@ class Gate:
                 await _answer(send, exc.status, refusal, ((b"retry-after", b"5"),))
                 return
             if lease is not None:  # another live coordinator's: the request goes there (forward.py)
-                await self._forward(lease, scope, receive, send)
+                await self._forward(lease, scope, receive, send, hop is not None)
                 return
+            if not handovers.moving(tenant):
+                break
+            if hop is not None:  # being handed over: the forwarding coordinator tries again itself
+                await _answer(send, *handovers.answer(tenant))
+                return
+            await handovers.wait(tenant)  # then it is served where it went (or here, if it stayed)
+        by = None if hop is None else handovers.forwarder(scope["headers"], hop)
+        if handovers.note(tenant, by):
+            assert by is not None
+            self._hand_over(tenant, by)
+            await _answer(send, *handovers.answer(tenant))
+            return
+        await self._admit(tenant, send, lambda: self._track(scope, receive, send, tenant))
+
+    async def _admit(self, tenant: str, send: Send, serve: Callable[[], Awaitable[None]]) -> None:
+        """Serve a tenant's request here within its ``max_connections`` (``serve`` runs it, counted)."""
         limit = self.service.limits(tenant).max_connections
         held = self._per_tenant.get(tenant, 0)
         if held >= limit:
@@ -96,32 +127,64 @@ class Gate:
             return
         self._per_tenant[tenant] = held + 1
         try:
-            await self._track(scope, receive, send, tenant)
+            await serve()
         finally:
             left = self._per_tenant[tenant] - 1
             if left:
                 self._per_tenant[tenant] = left
             else:
                 del self._per_tenant[tenant]
+                quiet = self._quiet.pop(tenant, None)
+                if quiet is not None:
+                    quiet.set()
 
-    async def _forward(self, lease: Lease, scope: Scope, receive: Receive, send: Send) -> None:
+    def _hand_over(self, tenant: str, to: str) -> None:
+        """Start handing ``tenant`` over to coordinator ``to`` (``handover.py``): from now on no new
+        request for it is admitted; once its calls here ended, the lease is released."""
+        self.service.handovers.begin(tenant)
+        task = asyncio.create_task(self._handing_over(tenant, to), name=f"rhaipool-handover-{tenant}")
+        self._handing.add(task)
+        task.add_done_callback(self._handing.discard)
+
+    async def _handing_over(self, tenant: str, to: str) -> None:
+        grace = min(self.service.config.grace_secs, self.service.storage.lease_secs)
+        try:
+            if self._per_tenant.get(tenant, 0):
+                quiet = self._quiet.setdefault(tenant, asyncio.Event())
+                try:
+                    await asyncio.wait_for(quiet.wait(), grace)
+                except TimeoutError:
+                    log.warning(
+                        "tenant %s: not handed over to %s: its calls here did not end within %s s",
+                        tenant,
+                        to,
+                        grace,
+                    )
+                    self.service.handovers.hold(tenant)
+                    return
+            await self.service.hand_over(tenant, to)
+        except StorageFailed as exc:  # the lease runs out instead; the new owner takes it then
+            log.warning("tenant %s: its lease could not be released for %s: %s", tenant, to, exc.error)
+        finally:
+            self.service.handovers.end(tenant)
+
+    async def _forward(
+        self, lease: Lease, scope: Scope, receive: Receive, send: Send, forwarded_already: bool
+    ) -> None:
         """Answer with the owner's reply, counted and drained like a call served here; a request that
-        was forwarded already, or one whose owner's address is this coordinator's, is refused."""
+        was forwarded already, or one whose owner's address is this coordinator's, is refused. An
+        owner handing the tenant over answers "moving": then the request is tried again every
+        ``RETRY_SECS``, and served here once this coordinator took the lease."""
         forwarder = self.service.forwarder
         if forwarder is None or lease.url == self.service.storage.url:
             why = ", whose address is this coordinator's"
-        elif any(key == HOP for key, _ in scope["headers"]):
+        elif forwarded_already:
             why = "; this request was forwarded here already: its lease moved while it travelled"
         else:
             scope["endpoint"] = forwarded
 
-            every = self.service.storage.lease_secs / 3
-
-            async def still_owner() -> bool:
-                return await self._still_owner(lease, every / 2)
-
             async def relay(scope: Scope, receive: Receive, send: Send) -> None:
-                await forwarder.forward(lease, scope, receive, send, still_owner, every)
+                await self._relay(forwarder, lease, scope, receive, send)
 
             self._forwards[lease.tenant] = self._forwards.get(lease.tenant, 0) + 1
             try:
@@ -134,6 +197,37 @@ class Gate:
                     self._holders.pop(lease.tenant, None)
             return
         await _answer(send, *refusal(elsewhere(lease, why)))
+
+    async def _relay(
+        self, forwarder: Forwarder, lease: Lease, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        body, gone = await read_body(receive)
+        if gone:
+            return
+        tenant, every = lease.tenant, self.service.storage.lease_secs / 3
+        deadline = time.monotonic() + self.service.config.grace_secs + 2 * self.service.storage.lease_secs
+        owner = lease
+
+        async def still_owner() -> bool:
+            return await self._still_owner(owner, every / 2)
+
+        while await forwarder.forward(owner, scope, body, receive, send, still_owner, every):
+            if time.monotonic() > deadline:
+                why = ", which is handing it over and did not finish in time"
+                await _answer(send, *refusal(elsewhere(owner, why)))
+                return
+            await asyncio.sleep(RETRY_SECS)
+            try:
+                holder = await self.service.own(tenant)
+            except StorageFailed:
+                continue  # the same owner again
+            if holder is None:  # handed over to this coordinator: served here
+                await self._admit(
+                    tenant, send, functools.partial(self.app, scope, _replay(body, receive), send)
+                )
+                return
+            owner = holder  # still handing it over, or it kept it (abandoned), or another took it
+            self._holders[tenant] = (time.monotonic(), holder)
 
     async def _still_owner(self, lease: Lease, fresh: float) -> bool:
         """Whether ``lease`` is still the tenant's (asked once per ``fresh`` seconds, whatever the number
@@ -233,6 +327,19 @@ class Gate:
                 task.cancel()
             await asyncio.sleep(0)
             return len(stragglers)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for a request whose body was read already: the body, then what the client sends."""
+    given = [False]
+
+    async def replay() -> Message:
+        if given[0]:
+            return await receive()
+        given[0] = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 def forwarded() -> None:

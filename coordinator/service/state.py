@@ -47,6 +47,7 @@ from coordinator.service.auth import Tokens
 from coordinator.service.config import ServeConfig, ServiceConfigError, TenantLimits, load_service_config
 from coordinator.service.errors import LimitReached, RouteError
 from coordinator.service.forward import Forwarder, advertised
+from coordinator.service.handover import Handovers
 from coordinator.service.membership import live_coordinators
 from coordinator.service.regions import RegionBook
 from coordinator.service.secrets import Sealer, SecretsUnavailable
@@ -120,6 +121,8 @@ class Service:
         self._retainer: asyncio.Task[None] | None = None
         self.forwarder: Forwarder | None = None
         """With several coordinators: the pooled client that forwards a request to its tenant's owner."""
+        self.handovers = Handovers(b"", "", config.lease_secs)
+        """With several coordinators: the tenants handed over to the coordinator their requests arrive at."""
         self.shared_limits = SharedLimiters(lambda name, table: self.config.providers.table(name) == table)
         """The rate limits of the operator's tables, shared by the tenants granted them (and divided
         among the live coordinators: :meth:`_divide_shared_limits`)."""
@@ -140,10 +143,15 @@ class Service:
                 url=advertised(self.config),
             )
             self.storage.on_lost = self._drop_tenant
+            self.handovers = Handovers(self.storage.cluster_key(), owner, self.config.lease_secs)
             links = self.config.connections
             read_secs = max(self.config.providers.call_timeout_secs, links.body_timeout_secs) + 30.0
             self.forwarder = Forwarder(
-                owner, read_secs, links.max_connections_per_address, links.idle_timeout_secs
+                owner,
+                self.handovers.proof,
+                read_secs,
+                links.max_connections_per_address,
+                links.idle_timeout_secs,
             )
             await self.forwarder.start()
         self._load_tenants()
@@ -209,9 +217,11 @@ class Service:
                     return None
             self._loading.add(tenant)  # before the lease: once it is ours, others wait on the lock
             try:
-                lease = await self.storage.acquire(tenant)
+                lease = await self._acquire(tenant)
                 if not lease.mine:
                     return lease
+                if lease.epoch > 1:  # it had an owner (handed over, failed, stopped): it stays a while
+                    self.handovers.hold(tenant)
                 try:
                     await self._load_tenant(tenant)
                 except BaseException:
@@ -222,6 +232,32 @@ class Service:
             finally:
                 self._loading.discard(tenant)
         return None
+
+    async def _acquire(self, tenant: str) -> Lease:
+        """The tenant's lease, taken if it is free -- except for a moment after this coordinator handed
+        the tenant over: then the new owner takes it (``handover.py``), and only if nobody does within
+        ``TAKE_BACK_SECS`` is it taken back here."""
+        released = self.handovers.just_released(tenant)
+        while released is not None:
+            lease = await self.storage.lease(tenant)
+            if lease is None or lease.epoch != released.epoch:
+                break  # purged, or taken: acquire tells by whom
+            await asyncio.sleep(0.05)
+            released = self.handovers.just_released(tenant)
+        return await self.storage.acquire(tenant)
+
+    async def hand_over(self, tenant: str, to: str) -> None:
+        """Give the tenant up for coordinator ``to`` (its calls here have ended, none is admitted):
+        the lease released at its epoch, as a clean stop does, and the tenant's state forgotten."""
+        epoch = self.storage.epoch(tenant)
+        if epoch is None:
+            return
+        self.handovers.released(tenant, epoch)
+        try:
+            await self.storage.release([tenant])
+        finally:
+            self._drop_tenant(tenant)
+        log.warning("tenant %s: handed over to %s at epoch %d", tenant, to, epoch)
 
     async def _load_tenant(self, tenant: str) -> None:
         """A tenant newly owned: its state from the database (what memory held of it is dropped)."""
@@ -235,6 +271,7 @@ class Service:
 
     def _drop_tenant(self, tenant: str) -> None:
         """Forget a tenant another coordinator serves now (its rows are the new owner's)."""
+        self.handovers.forget(tenant)
         self._scripts.pop(tenant, None)
         self._forget_tables(tenant)
         self._forget(tenant)

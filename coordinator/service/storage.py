@@ -34,6 +34,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,9 @@ MIGRATIONS: Final[Migrations] = (
     ),
     (  # 4: where the other coordinators reach a tenant's owner (a mis-routed request is forwarded there)
         "ALTER TABLE leases ADD COLUMN url TEXT NOT NULL DEFAULT ''",
+    ),
+    (  # 5: what the coordinators share: the key that proves a forward came from one of them
+        "CREATE TABLE cluster (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     ),
 )
 _TENANT_TABLES: Final = (
@@ -212,7 +216,9 @@ class Storage:
         lease_secs: float = LEASE_SECS,
         url: str = "",
     ) -> None:
-        self.backend: Backend = open_backend(where)
+        # With leases, a transaction left waiting longer than a lease (this process paused) is ended
+        # by the server: its locks on lease rows must not outlive the leases.
+        self.backend: Backend = open_backend(where, idle_secs=None if owner is None else lease_secs)
         self.path = where if isinstance(where, Path) else None
         self.where = self.backend.where
         self.owner = owner
@@ -330,7 +336,8 @@ class Storage:
         return lease
 
     async def renew(self) -> list[str]:
-        """Extend every lease this coordinator holds (one statement); the tenants it turned out to have
+        """Extend every lease this coordinator holds (one statement; one it released -- expiry 0 -- stays
+        released even if this renewal began before the release); the tenants it turned out to have
         lost (dropped, :attr:`on_lost` told). A failure raises :class:`StorageFailed` and changes
         nothing: the leases then run out on their own, and :meth:`holds` turns false."""
         owner = self._need_owner()
@@ -340,7 +347,7 @@ class Storage:
         started = time.monotonic()
         rows = await self._run(
             lambda db: db.execute(
-                f"UPDATE leases SET expires_at = {self.backend.now} + ? WHERE owner = ?"
+                f"UPDATE leases SET expires_at = {self.backend.now} + ? WHERE owner = ? AND expires_at > 0"
                 " RETURNING tenant, epoch",
                 (self.lease_secs, owner),
             ).fetchall(),
@@ -387,6 +394,18 @@ class Storage:
         if row is None:
             return None
         return Lease(tenant, str(row[0]), int(row[1]), float(row[2]), row[0] == self.owner, str(row[3]))
+
+    def cluster_key(self) -> bytes:
+        """The key the coordinators over this database share (made by the first to ask; synchronous:
+        start-up). Whoever reads the database can read it: it proves only that a request was forwarded
+        by a coordinator, not by a client writing the forward's headers itself."""
+        made = secrets.token_hex(32)
+
+        def run(db: Db) -> str:
+            db.execute("INSERT INTO cluster VALUES ('forward_key', ?) ON CONFLICT DO NOTHING", (made,))
+            return str(db.execute("SELECT value FROM cluster WHERE name = 'forward_key'").fetchone()[0])
+
+        return bytes.fromhex(self._locked(run, transaction=True))
 
     async def ping(self) -> None:
         """One round trip to the database (StorageFailed when it cannot be reached)."""

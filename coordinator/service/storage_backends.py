@@ -22,7 +22,8 @@ column types      as written                                  ``REAL`` → ``DOU
 clock             ``julianday('now')``                        ``clock_timestamp()`` (the server's: the
                                                               coordinators' clocks never meet)
 lease fence lock  none needed (the writer holds the file)     ``FOR SHARE`` on the lease row
-disk full         ``SQLITE_FULL`` → 507                       SQLSTATE 53100 → 507
+disk full         ``SQLITE_FULL`` → 507                       SQLSTATE 53100 (disk full), 53200 (out
+                                                              of memory), 58030 (I/O error) → 507
 ================  ==========================================  ==========================================
 
 Every call runs on a worker thread (``asyncio.to_thread`` in :class:`Storage`) through one lock, so one
@@ -128,10 +129,10 @@ def redacted_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
 
 
-def open_backend(where: Path | str) -> Backend:
-    """The backend for a file path or a ``postgresql://`` URL."""
+def open_backend(where: Path | str, *, idle_secs: float | None = None) -> Backend:
+    """The backend for a file path or a ``postgresql://`` URL (``idle_secs``: :class:`PostgresBackend`)."""
     if isinstance(where, str) and is_database_url(where):
-        return PostgresBackend(where)
+        return PostgresBackend(where, idle_secs=idle_secs)
     return SQLiteBackend(Path(where))
 
 
@@ -223,7 +224,13 @@ class SQLiteBackend:
 
 # -- PostgreSQL ----------------------------------------------------------------------------------
 
-_DISK_FULL: Final = "53100"
+_NO_ROOM: Final = {
+    "53100": "storage is full",
+    "53200": "the database server is out of memory",
+    "58030": "the database server could not write (I/O error)",
+}
+"""SQLSTATEs of a server that cannot take a write (507, as SQLite's full disk): the class 53 ones a
+retry soon does not cure (not 53300, too many connections: a 503), and an I/O error on its disk."""
 _TYPES: Final = ((re.compile(r"\bREAL\b"), "DOUBLE PRECISION"), (re.compile(r"\bBLOB\b"), "BYTEA"))
 _INTEGER: Final = re.compile(r"\bINTEGER\b")
 _DDL: Final = re.compile(r"^\s*(CREATE|ALTER)\s+TABLE\b", re.IGNORECASE)
@@ -274,24 +281,35 @@ class _PgDb:
 
 
 def _pg_failure(exc: psycopg.Error) -> StorageFailed:
-    if exc.sqlstate == _DISK_FULL:
-        return StorageFailed(507, "storage is full: the change was not saved and nothing changed")
+    no_room = _NO_ROOM.get(exc.sqlstate or "")
+    if no_room is not None:
+        return StorageFailed(507, f"{no_room}: the change was not saved and nothing changed")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return StorageFailed(503, f"storage unavailable ({first}): the change was not saved and nothing changed")
 
 
 class PostgresBackend:
-    """A PostgreSQL database through one psycopg connection (autocommit; a transaction when asked)."""
+    """A PostgreSQL database through one psycopg connection (autocommit; a transaction when asked).
+
+    ``idle_secs``: the server ends this connection's transaction if it waits on the coordinator longer
+    than that between statements (``idle_in_transaction_session_timeout``) -- a coordinator paused or
+    frozen in the middle of a transaction would otherwise hold its row locks, the lease rows among
+    them, and no other coordinator could take its tenants until it came back.
+    """
 
     engine = "postgresql"
     now = "extract(epoch from clock_timestamp())::float8"
     share_lock = " FOR SHARE"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, idle_secs: float | None = None) -> None:
         global psycopg  # the driver loads with the first PostgreSQL backend
         import psycopg
 
         self.url = url
+        self._options: dict[str, int | str] = dict(_CONNECT)
+        if idle_secs is not None:
+            timeout = max(1, round(idle_secs * 1000))
+            self._options["options"] = f"-c idle_in_transaction_session_timeout={timeout}"
         self.where = redacted_url(url)
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
@@ -306,7 +324,7 @@ class PostgresBackend:
                 with contextlib.suppress(psycopg.Error):
                     self._conn.close()
             self._conn = None
-            self._conn = psycopg.connect(self.url, autocommit=True, **_CONNECT)  # type: ignore[arg-type]
+            self._conn = psycopg.connect(self.url, autocommit=True, **self._options)  # type: ignore[arg-type]
         return self._conn
 
     def migrate(self, migrations: Migrations) -> int:

@@ -140,7 +140,8 @@ def test_kill_9_and_a_pause_under_load_lose_nothing_and_serve_each_tenant_once(
                         )
                     )
                 owned["after_pause"] = cluster.owners()
-                # Its tenants that coordinator 2 took stay there (the lease is renewed) while the
+                # Its tenants that coordinator 2 took stay there (the lease is renewed, and a tenant
+                # taken from another coordinator is not handed over for HOLD_LEASES leases) while the
                 # balancer's hash sends them back to it: it passes their requests on to the owner.
                 time.sleep(2.0)
 
@@ -226,10 +227,13 @@ def test_a_coordinator_cut_off_from_the_database_leaves_the_balancer_and_writes_
             link.close()
 
 
-def test_a_coordinator_added_under_load_fails_no_call(tmp_path: Path, postgres: PostgresServer) -> None:
-    """A fourth coordinator joins while every tenant calls: the balancer's hash sends it some tenants at
-    once; it takes those nobody holds and passes the others' requests on to their owners, so no call
-    fails, and every acknowledged write is there once."""
+def test_a_coordinator_added_under_load_takes_its_tenants_and_fails_no_call(
+    tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """A third coordinator joins while every tenant calls: the balancer's hash sends it some tenants at
+    once; it passes their requests on to their owners, which hand those tenants over to it
+    (handover.py), so it serves them itself within a few leases, each moved once; no call fails, and
+    every acknowledged write is there once."""
     with CountingUpstream() as upstream:
         cluster = Cluster(tmp_path, postgres.fresh(), upstream.base_url, TENANTS, slots=3, lease_secs=LEASE)
         try:
@@ -239,12 +243,15 @@ def test_a_coordinator_added_under_load_fails_no_call(tmp_path: Path, postgres: 
             cluster.setup_tenants()
             loads = [TenantLoad(cluster.url, t) for t in TENANTS]
             joined: dict[str, float] = {}
+            seen: dict[str, dict[str, int]] = {}
 
             def join() -> None:
                 time.sleep(2.0)
                 cluster.start(2)
                 joined["at"] = time.monotonic()
-                time.sleep(3.0)
+                time.sleep(3.0 * LEASE)
+                seen["owners"] = cluster.owners()
+                time.sleep(1.0)
 
             run_loads(loads, 1.0, during=join)
             failures = [f for load in loads for f in load.failures]
@@ -261,5 +268,12 @@ def test_a_coordinator_added_under_load_fails_no_call(tmp_path: Path, postgres: 
                 if line.startswith("rhaipool_calls_total{")
             )
             assert answered > 10, "the balancer sent the new coordinator nothing"
+            owners = seen["owners"]
+            newcomers = [t for t, i in owners.items() if i == 2]
+            assert newcomers, f"the new coordinator took no tenant within {3 * LEASE} s: {owners}"
+            logs = cluster.coordinators[0].log() + cluster.coordinators[1].log()
+            for tenant in newcomers:
+                assert logs.count(f"tenant {tenant}: handed over to") == 1, tenant
+            assert "handed over to" not in cluster.coordinators[2].log(), "a tenant went back"
         finally:
             cluster.stop()

@@ -12,14 +12,19 @@ from the database stops serving and reports not ready.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import pwd
 import random
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -80,6 +85,76 @@ def test_one_coordinator_keeps_what_it_acknowledged(tmp_path: Path, url: str) ->
         assert _entries(service) == ["one", "two"]
         with service.client("acme") as c:
             assert [s["name"] for s in c.list_scripts()["scripts"]] == ["log"]
+    finally:
+        service.stop()
+
+
+@pytest.fixture
+def small_disk_database(postgres: PostgresServer) -> Iterator[tuple[str, Path]]:
+    """A database whose tables live on a 32 MiB tmpfs (a tablespace there: root only, it mounts), and
+    that file system's mount point (fill it to make the server's writes fail with SQLSTATE 53100)."""
+    mount = Path(tempfile.mkdtemp(prefix="rhaipool-pg-disk-"))
+    owner = pwd.getpwnam(postgres.user) if postgres.user is not None else pwd.getpwuid(os.getuid())
+    options = f"size=32m,mode=0700,uid={owner.pw_uid},gid={owner.pw_gid}"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        mount.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    space = mount / "tablespace"
+    space.mkdir()
+    os.chown(space, owner.pw_uid, owner.pw_gid)
+    name = f"small_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(postgres.url, autocommit=True) as db:
+            db.execute(f"CREATE TABLESPACE {name} LOCATION '{space}'")
+            db.execute(f'CREATE DATABASE "{name}" TABLESPACE {name}')
+        yield postgres.url.rsplit("/", 1)[0] + f"/{name}", mount
+    finally:
+        with psycopg.connect(postgres.url, autocommit=True) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            db.execute(f"DROP TABLESPACE IF EXISTS {name}")
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        shutil.rmtree(mount, ignore_errors=True)
+
+
+def test_a_full_disk_answers_507_and_changes_nothing(
+    tmp_path: Path, small_disk_database: tuple[str, Path]
+) -> None:
+    """The server's own disk full for real (its tables on a full tmpfs): every write it cannot take is
+    a 507, and memory and the database stay as they were; once there is room again, writes go on."""
+    url, disk = small_disk_database
+    service = _start(tmp_path, url)
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=10_000_000, persistent=True)
+            c.write("log", "before", tokens=1)
+            filler = disk / "filler"
+            with filler.open("wb") as f, contextlib.suppress(OSError):  # to the last byte
+                while True:
+                    f.write(os.urandom(65536))
+                    f.flush()
+            acked, refused = ["before"], []
+            for i in range(10):
+                text = f"lost-{i}-" + uuid.uuid4().hex * 4000  # 128 KB each: new pages, not reused room
+                try:
+                    c.write("log", text, tokens=1)
+                    acked.append(text)
+                except ServiceError as exc:
+                    refused.append(exc)
+            assert refused, "the full disk refused no write"
+            assert all(exc.status == 507 and "storage is full" in str(exc) for exc in refused), refused
+            assert _entries(service) == acked  # memory as it was
+            with psycopg.connect(url, autocommit=True) as raw:
+                stored = [
+                    r[0] for r in raw.execute("SELECT entry FROM region_entries ORDER BY seq").fetchall()
+                ]
+            assert [json.loads(e)["content"] for e in stored] == acked  # and the database
+            filler.unlink()
+            c.write("log", "after", tokens=1)
+        assert service.stop() == 0
+        service = _start(tmp_path, url)
+        assert _entries(service) == [*acked, "after"]
     finally:
         service.stop()
 

@@ -196,7 +196,8 @@ def test_a_forward_to_a_paused_owner_ends_once_its_lease_moves(
 ) -> None:
     """A paused owner (SIGSTOP: a frozen VM) accepts the connection but never answers; the forward
     ends with a 503 when its lease runs out and the coordinator that forwarded takes the tenant, and
-    the next request is served there."""
+    the next request is served there (or, when the pause caught the owner inside a transaction, the
+    request itself, once the server ended that transaction and the lease ran out)."""
     url = postgres.fresh()
     with StandinServer() as upstream:
         a = _start(tmp_path / "a", url, upstream.base_url, lease=2.0)
@@ -216,15 +217,23 @@ def test_a_forward_to_a_paused_owner_ends_once_its_lease_moves(
                     timeout=30,
                 )
                 waited = time.monotonic() - begun
-                assert stuck.status_code == 503 and stuck.headers["retry-after"], stuck.text
-                assert (
-                    "stopped answering and lost its lease" in stuck.text
-                    and "may have been applied" in stuck.text
-                )
                 assert waited < 2.0 + 3.0, waited
+                if stuck.status_code == 200:
+                    # The pause caught a inside a renewal's transaction, its lease row locked: b's take
+                    # waited for the server to end that transaction (idle longer than a lease), found
+                    # the lease run out and served the write itself; nothing was forwarded.
+                    assert "rhaipool-served-by" not in stuck.headers
+                    written = ["by a", "x"]
+                else:
+                    assert stuck.status_code == 503 and stuck.headers["retry-after"], stuck.text
+                    assert (
+                        "stopped answering and lost its lease" in stuck.text
+                        and "may have been applied" in stuck.text
+                    )
+                    written = ["by a"]  # a's write, if it ever runs, is fenced
                 served = httpx.get(f"{b.url}/api/regions/log", headers=AUTH, timeout=30)
                 assert served.status_code == 200 and "rhaipool-served-by" not in served.headers
-                assert [e["content"] for e in served.json()["entries"]] == ["by a"]  # a's write was fenced
+                assert [e["content"] for e in served.json()["entries"]] == written
             finally:
                 a.process.send_signal(signal.SIGCONT)
             print(f"a forward to a paused owner ended after {waited:.2f} s (lease 2 s)")

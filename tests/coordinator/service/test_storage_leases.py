@@ -128,7 +128,9 @@ def test_a_take_over_waits_for_a_write_in_flight(opener: Opener) -> None:
 
         def slow(db: Db) -> None:
             db.execute("INSERT INTO scripts VALUES ('acme', 'region_hook', 'late', 'x', 'h', 0)")
-            time.sleep(1.0)  # the take-over arrives while this transaction is open
+            # The take-over arrives while this transaction is open (and idle for less than a lease:
+            # one idle longer is ended by the server, see the frozen coordinator's test below).
+            time.sleep(SECS * 0.6)
 
         writing = asyncio.ensure_future(a._change("acme", slow))
         await asyncio.sleep(0.3)
@@ -178,3 +180,36 @@ def test_purging_a_tenant_moves_its_lease(opener: Opener) -> None:
         assert dropped == ["acme"] and await b.list_scripts("acme") == []
 
     asyncio.run(go())
+
+
+def test_a_coordinator_frozen_inside_a_transaction_does_not_hold_its_tenants(
+    postgres: PostgresServer,
+) -> None:
+    """A coordinator paused between two statements of a transaction (a SIGSTOP, a frozen VM) would
+    hold its lease rows locked, so nobody could take its tenants until it came back: the server ends
+    a transaction idle for longer than a lease, the lease moves, and the frozen one's write fails."""
+    where = postgres.fresh()
+    a, b = Storage(where, owner="a", lease_secs=SECS), Storage(where, owner="b", lease_secs=SECS)
+
+    def frozen(db: Db) -> None:
+        db.execute("SELECT 1 FROM leases WHERE tenant = 'acme' FOR UPDATE")  # as a renewal locks it
+        time.sleep(3 * SECS)
+        db.execute("UPDATE leases SET expires_at = expires_at WHERE tenant = 'acme'")
+
+    async def go() -> None:
+        assert (await a.acquire("acme")).mine
+        stuck = asyncio.create_task(asyncio.to_thread(a.backend.run, frozen, transaction=True))
+        await asyncio.sleep(0.2)
+        begun = time.monotonic()
+        while not (await b.acquire("acme")).mine:
+            await asyncio.sleep(0.05)
+        taken = time.monotonic() - begun
+        assert taken < 2 * SECS, taken  # the lease ran out, the lock went with the transaction
+        with pytest.raises(StorageFailed):
+            await stuck
+
+    try:
+        asyncio.run(go())
+    finally:
+        a.close()
+        b.close()
