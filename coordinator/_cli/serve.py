@@ -21,6 +21,7 @@ def serve_command(config_path: Path, log_json: bool) -> None:
     """Run the pool as an HTTP service until SIGTERM (which drains); SIGHUP reloads the config."""
     from coordinator.service.config import ServiceConfigError, load_service_config
     from coordinator.service.logs import configure
+    from coordinator.service.preflight import grant_problems, start_problems
     from coordinator.service.server import serve
 
     configure(as_json=log_json)
@@ -29,6 +30,13 @@ def serve_command(config_path: Path, log_json: bool) -> None:
     except ServiceConfigError as exc:
         click.echo(click.style(f"error: {exc}", fg="red"), err=True)
         sys.exit(2)
+    problems = start_problems(config)  # files it opens as it starts: one line each, not a traceback
+    for problem in problems:
+        click.echo(click.style(f"error: {problem}", fg="red"), err=True)
+    if problems:
+        sys.exit(2)
+    for problem in grant_problems(config):
+        click.echo(click.style(f"warning: {problem}", fg="yellow"), err=True)
     import asyncio
 
     click.echo(

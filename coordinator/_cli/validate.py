@@ -63,7 +63,7 @@ def _validate_service_config(path: Path, data: dict[str, Any], as_json: bool) ->
     (``start_problems``); its provider scripts are the tenants' (uploaded), so no script file is
     looked for."""
     from coordinator.service.config import ServiceConfigError, load_service_config
-    from coordinator.service.preflight import start_problems
+    from coordinator.service.preflight import grant_problems, start_problems
 
     problems = naming_problems(data, path)
     config = None
@@ -72,7 +72,7 @@ def _validate_service_config(path: Path, data: dict[str, Any], as_json: bool) ->
     except ServiceConfigError as exc:
         problems.append(str(exc))
     else:
-        problems += start_problems(config)
+        problems += start_problems(config) + grant_problems(config)
     valid = not problems
     if as_json:
         doc: dict[str, Any] = {

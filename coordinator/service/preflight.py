@@ -2,10 +2,11 @@
 
 ``load_service_config`` reads the file; the service then opens the secrets key file
 (:meth:`~coordinator.service.secrets.Sealer.from_key_file`) and, with TLS, the certificate and its key.
-:func:`start_problems` opens them the same way, so ``rhaipool validate --config`` refuses what would
-stop the service at start-up, each with one line. It also names a grant of a table the operator does
-not define (``[tenants.<id>] providers = ["grok"]``): the service would give that tenant nothing under
-that name and refuse it a table of its own by it.
+:func:`start_problems` opens them the same way, so ``rhaipool serve`` refuses to start on them with one
+line each (not a traceback after "listening") and ``rhaipool validate --config`` names them.
+:func:`grant_problems` names a grant of a table the operator does not define (``[tenants.<id>]
+providers = ["grok"]``): the service would give that tenant nothing under that name and refuse it a
+table of its own by it. ``validate`` refuses it; ``serve`` warns and starts (a reload accepts it too).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from coordinator.service.config import ServeConfig
 from coordinator.service.errors import ServiceConfigError
 from coordinator.service.secrets import Sealer
 
-__all__ = ["start_problems"]
+__all__ = ["grant_problems", "start_problems"]
 
 
 def start_problems(config: ServeConfig) -> list[str]:
-    """One line per problem that would stop the service of ``config`` at start (or leave a grant empty)."""
+    """One line per file ``config`` names that the service could not open at start."""
     problems = []
     try:
         Sealer.from_key_file(config.secrets_key_file)
@@ -36,6 +37,12 @@ def start_problems(config: ServeConfig) -> list[str]:
                 f"[serve] tls_cert and tls_key: cannot load {config.tls_cert} with {config.tls_key}: "
                 f"{getattr(exc, 'strerror', None) or exc}"
             )
+    return problems
+
+
+def grant_problems(config: ServeConfig) -> list[str]:
+    """One line per grant of a table the operator does not define (it gives the tenant nothing)."""
+    problems = []
     for tenant, granted in sorted(config.grants.items()):
         for name in granted:
             if config.providers.table(name) is None:

@@ -114,3 +114,26 @@ def test_a_grant_of_a_table_the_operator_does_not_define_is_named(tmp_path: Path
     assert doc["problems"] == [
         "[tenants.acme] providers: 'grok' is no operator table ([model_providers.grok] is not defined)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ('secrets_key_file = "absent.key"', "secrets_key_file: cannot read"),
+        ('tls_cert = "c.pem"\ntls_key = "k.pem"', "tls_cert"),
+    ],
+    ids=["key-file-missing", "tls-files-missing"],
+)
+def test_serve_refuses_to_start_on_them_with_one_line(tmp_path: Path, extra: str, problem: str) -> None:
+    """The real ``rhaipool serve``: exit 2 and one line before it listens, not a traceback after."""
+    import subprocess
+    import sys
+
+    config = write_config(tmp_path, port=free_port(), extra=extra)
+    ran = subprocess.run(
+        [sys.executable, "-m", "coordinator", "serve", "--config", str(config)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and problem in lines[0], ran.stderr
