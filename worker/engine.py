@@ -25,6 +25,7 @@ from worker.functions import HELPERS
 __all__ = [
     "BUDGETS",
     "CPU_SECONDS",
+    "NATIVE",
     "CallAborted",
     "Compiled",
     "DeadlineReached",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 
+NATIVE: Final = None
+"""In a host-function table: a brokered call the binding makes itself (``Engine.register_brokered``)."""
 OUTPUT_LIMIT: Final = 65_536
 CPU_SECONDS: Final = {Kind.REGION: 8.0, Kind.PROVIDER: 0.25}
 """CPU time of its thread one call may spend, whatever its operation count (one operation may copy or
@@ -124,7 +127,7 @@ class Engines:
 
     def __init__(
         self,
-        host_functions: Mapping[Kind, Mapping[str, Callable[..., Any]]],
+        host_functions: Mapping[Kind, Mapping[str, Callable[..., Any] | None]],
         waits: Mapping[Kind, Sequence[tuple[str, Callable[..., Any], tuple[str, ...]]]] | None = None,
     ) -> None:
         """``waits``: typed overrides (name, function, parameter types) of standard functions that wait."""
@@ -140,11 +143,15 @@ class Engines:
             )
             for name, (fn, types) in HELPERS[kind].items():
                 engine.register_fn(name, fn, types=list(types) if types else None)
-            for name, fn in host_functions.get(kind, {}).items():
+            for name, host_fn in host_functions.get(kind, {}).items():
                 # Typed as in the reference: wrong types fail here, not after a round trip
                 # (docs/scripts/host-functions.md).
-                for types in BROKERED_FUNCTIONS[kind][name].signatures:
-                    engine.register_fn(name, fn, types=list(types))
+                signatures = BROKERED_FUNCTIONS[kind][name].signatures
+                if host_fn is NATIVE:
+                    engine.register_brokered(name, [list(types) for types in signatures])
+                    continue
+                for types in signatures:
+                    engine.register_fn(name, host_fn, types=list(types))
             for name, fn, types in (waits or {}).get(kind, ()):
                 engine.register_fn(name, fn, types=list(types))
             self._engines[kind] = engine

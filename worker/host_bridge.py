@@ -2,13 +2,20 @@
 
 Each provider call owns a ``CallChannel``.  The loop thread only *feeds* it
 (HOST_REPLY, HOST_CHUNK, CREDIT, cancel); the thread running the script alone
-reads its inbox and keeps its state, so no locks are needed.  A call running on a
-script thread blocks on its inbox; the one call the loop thread runs itself
-(``worker.loop``) waits through ``serve``, the loop's own receive loop, so its
-replies arrive without any thread hand-off.  Outgoing messages go through the
-``Outbox``, straight onto the worker's socket (``worker.loop.Wire``): a script
-thread sends its own HOST_CALL, CHUNK and RESULT instead of waking the loop thread
-to do it (after an idle wait that hop cost ~0.1 ms each way of a provider call).
+reads its inbox and keeps its state, so no locks are needed.  ``http_get``,
+``http_post`` and ``env_var`` are made by the binding itself (``rhai.HostLine``,
+one per call, bound to the thread while its script runs): the script thread writes
+its HOST_CALL frame from Rhai values and sends it without the GIL, then waits with
+the GIL released; the loop thread's native receive path (``rhai.Wire`` with the
+lane, ``worker.lane``) reads the HOST_REPLY straight into the waiting thread's slot,
+so a reply wakes only the thread waiting for it and no Python runs on its way.
+What the native codec leaves to Python (a value the wire flattens or refuses, a
+reply it does not read plainly) goes through ``proto`` here.
+The one call the loop thread runs itself (``worker.loop``) waits through
+``serve``, the loop's own receive loop, so its replies arrive without any thread
+hand-off.  Outgoing messages go through the ``Outbox``, straight onto the worker's
+socket (``rhai.Wire``): a script thread sends its own HOST_CALL, CHUNK and RESULT
+instead of waking the loop thread to do it.
 
 Flow control: a stream may have at most ``window`` chunks un-acknowledged; the
 emitter blocks on CREDIT, and every HOST_CHUNK delivered to a script callback is
@@ -26,24 +33,41 @@ from typing import Any, Final
 
 import rhai
 
-from proto import Chunk, Credit, HostCall, HostChunk, HostReply, Kind, ProtocolError, WireMessage, encode
-from worker.engine import CallAborted, DeadlineReached
+from proto import (
+    MAX_BODY_BYTES,
+    MAX_CONTAINER_LEN,
+    Chunk,
+    Command,
+    Credit,
+    HostCall,
+    HostChunk,
+    HostReply,
+    Kind,
+    ProtocolError,
+    WireMessage,
+    encode,
+)
+from proto.frames import SIGNATURE
+from proto.values import MAX_PLAIN_DEPTH
+from worker.engine import NATIVE, CallAborted, DeadlineReached
 
 __all__ = ["HOST_FUNCTIONS", "WAITS", "CallChannel", "ChannelBinding", "Outbox"]
+
+_HOST_CALL_HEADER: Final = SIGNATURE + bytes((Command.HOST_CALL,))
 
 _CANCEL: Final = object()
 _current = threading.local()
 
 
 class Outbox:
-    """Where a script thread's messages go: straight onto the worker's socket (``worker.loop.Wire``)."""
+    """Where a script thread's messages go: straight onto the worker's socket (``rhai.Wire``)."""
 
-    def __init__(self, send: Callable[[list[bytes]], None]) -> None:
-        self._send = send
+    def __init__(self, wire: rhai.Wire) -> None:
+        self.wire = wire
 
     def put(self, message: WireMessage) -> None:
         """Encode and send ``message``; raises ``ProtocolError`` (nothing sent) if it has no wire form."""
-        self._send(encode(message))
+        self.wire.send(encode(message))
 
 
 class CallChannel:
@@ -60,18 +84,32 @@ class CallChannel:
         self.id = call_id
         self._serve = serve
         self.token = rhai.CancelToken()
-        self.host_calls = 0
         self._outbox, self._inbox = outbox, queue.SimpleQueue[object]()
+        self.line = rhai.HostLine(
+            call_id,
+            header=_HOST_CALL_HEADER,
+            max_body=MAX_BODY_BYTES,
+            max_container=MAX_CONTAINER_LEN,
+            max_depth=MAX_PLAIN_DEPTH,
+            wire=outbox.wire,
+            fallback=self._host_call_fallback,
+            fail=_fail,
+            wait=None if serve is None else self._reply,
+        )
+        """The binding's side of ``http_get``, ``http_post`` and ``env_var`` (module docstring)."""
         self._credits, self._seq = window, 0
         self._replies: dict[int, HostReply] = {}
         self._chunks: dict[int, deque[Any]] = {}
 
     # -- loop thread ---------------------------------------------------------
     def feed(self, message: object) -> None:
+        if type(message) is HostReply and self.line.deliver(message.hid, message.ok, message.value):
+            return  # the reply a native wait is for (one the lane did not read plainly)
         self._inbox.put(message)
 
     def cancel(self) -> None:
         self.token.cancel()
+        self.line.cancel()
         self._inbox.put(_CANCEL)
 
     # -- script thread -------------------------------------------------------
@@ -95,7 +133,7 @@ class CallChannel:
             raise DeadlineReached("the call's deadline passed while it waited for the coordinator") from None
         if message is _CANCEL:
             raise CallAborted("call cancelled")
-        if isinstance(message, HostReply) and 0 < message.hid <= self.host_calls:
+        if isinstance(message, HostReply) and 0 < message.hid <= self.line.host_calls:
             self._replies[message.hid] = message
         elif isinstance(message, HostChunk) and message.hid in self._chunks:
             self._chunks[message.hid].append(message.value)
@@ -118,22 +156,20 @@ class CallChannel:
         except ProtocolError as exc:
             raise rhai.Throw(f"value cannot leave the sandbox: {exc}") from None
 
-    def host_call(self, name: str, args: list[Any]) -> Any:
-        """Send HOST_CALL and block until its HOST_REPLY; a refusal is thrown into the script."""
-        self.host_calls += 1
-        hid = self.host_calls
+    def _host_call_fallback(self, hid: int, name: str, args: list[Any]) -> None:
+        """(``rhai.HostLine``) send the HOST_CALL of arguments the native codec leaves to ``proto``."""
         self._send(HostCall(self.id, hid, name, args))
+
+    def _reply(self, hid: int) -> tuple[bool, Any]:
+        """(``rhai.HostLine``, the loop thread's own call) serve until host call ``hid``'s reply."""
         while hid not in self._replies:
             self._pump()
         reply = self._replies.pop(hid)
-        if not reply.ok:
-            raise rhai.Throw(reply.value)
-        return reply.value
+        return reply.ok, reply.value
 
     def host_stream(self, name: str, args: list[Any], callback: Callable[[Any], Any]) -> None:
         """Like ``host_call``, but deliver each HOST_CHUNK to ``callback`` (and CREDIT it) first."""
-        self.host_calls += 1
-        hid = self.host_calls
+        hid = self.line.next_hid()
         pending = self._chunks[hid] = deque()
         try:
             self._send(HostCall(self.id, hid, name, args))
@@ -172,18 +208,21 @@ class ChannelBinding:
     previous binding is restored on exit.
     """
 
-    __slots__ = ("_channel", "_previous")
+    __slots__ = ("_channel", "_previous", "_previous_line")
 
     def __init__(self, channel: CallChannel | None) -> None:
         self._channel = channel
         self._previous: CallChannel | None = None
+        self._previous_line: rhai.HostLine | None = None
 
     def __enter__(self) -> None:
         self._previous = getattr(_current, "channel", None)
         _current.channel = self._channel
+        self._previous_line = rhai.bind_line(None if self._channel is None else self._channel.line)
 
     def __exit__(self, *exc: object) -> None:
         _current.channel = self._previous
+        rhai.bind_line(self._previous_line)
 
 
 def _channel() -> CallChannel:
@@ -193,32 +232,28 @@ def _channel() -> CallChannel:
     return channel
 
 
-def http_get(url: Any, headers: Any = None) -> Any:
-    return _channel().host_call("http_get", [url] if headers is None else [url, headers])
-
-
-def http_post(url: Any, body: Any, headers: Any = None) -> Any:
-    return _channel().host_call("http_post", [url, body] if headers is None else [url, body, headers])
+def _fail(reason: str) -> None:
+    """(``rhai.HostLine``) how a native wait ends: the call's deadline passed, or it was cancelled."""
+    if reason == "deadline":
+        raise DeadlineReached("the call's deadline passed while it waited for the coordinator")
+    raise CallAborted("call cancelled")
 
 
 def stream_request(url: Any, body: Any, headers: Any, callback: Callable[[Any], Any]) -> None:
     _channel().host_stream("stream_request", [url, body, headers], callback)
 
 
-def env_var(name: Any) -> Any:
-    return _channel().host_call("env_var", [name])
-
-
-HOST_FUNCTIONS: Final[dict[Kind, dict[str, Callable[..., Any]]]] = {
+HOST_FUNCTIONS: Final[dict[Kind, dict[str, Callable[..., Any] | None]]] = {
     Kind.REGION: {},
     Kind.PROVIDER: {
-        "http_get": http_get,
-        "http_post": http_post,
+        "http_get": NATIVE,
+        "http_post": NATIVE,
         "stream_request": stream_request,
-        "env_var": env_var,
+        "env_var": NATIVE,
     },
 }
-"""Worker-side implementations of ``proto.host.BROKERED_FUNCTIONS`` (a test keeps names and arities equal)."""
+"""Worker-side implementations of ``proto.host.BROKERED_FUNCTIONS`` (a test keeps the names equal):
+``NATIVE``, the binding's own (``rhai.HostLine``), or a Python function."""
 
 
 def sleep(seconds: float) -> None:

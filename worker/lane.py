@@ -35,7 +35,8 @@ __all__ = ["lane_frames", "new_lane"]
 def new_lane(resident: rhai.ResidentLists | None = None) -> rhai.Lane:
     """A lane that reads and writes this protocol version's CALL and RESULT frames, applying
     renders' deltas to ``resident`` (the worker's ``ResidentStore.lists``; without it, resident
-    calls are left to the Python path)."""
+    calls are left to the Python path), and hands HOST_REPLY frames to the ``rhai.HostLine``
+    waiting for them (``worker.host_bridge``)."""
     return rhai.Lane(
         call_header=SIGNATURE + bytes((Command.CALL,)),
         result_header=SIGNATURE + bytes((Command.RESULT,)),
@@ -45,6 +46,7 @@ def new_lane(resident: rhai.ResidentLists | None = None) -> rhai.Lane:
         max_depth=MAX_PLAIN_DEPTH,
         max_resident_key=MAX_RESIDENT_KEY,
         resident=resident,
+        reply_header=SIGNATURE + bytes((Command.HOST_REPLY,)),
     )
 
 

@@ -4,12 +4,15 @@
            ▲                        │  ├──first provider call──▶ engine (inline; waits by serving)
            │                        │  └──more provider calls──▶ script threads ─┐
            │                        │                                            │ HOST_CALL, CHUNK,
-           └──RESULT/ERROR/...◀─────┴──◀── Wire (socket + lock) ◀────────────────┘ RESULT, sent by
+           └──RESULT/ERROR/...◀─────┴──◀── rhai.Wire (socket + lock) ◀───────────┘ RESULT, sent by
                                                                                    the script thread
-The loop thread receives; any thread sends, holding the ``Wire``'s lock (zmq
-sockets are not thread-safe).  The loop waits in ``poll()`` on the socket's FD,
-never inside zmq, so a script thread's HOST_CALL or RESULT leaves without waking
-it.  Region calls are CPU-bound and run inline, so a trivial call costs no thread
+The loop thread receives; any thread sends, holding the wire's lock (zmq sockets
+are not thread-safe).  The socket is pyzmq's, driven by the binding (``rhai.Wire``,
+rhai-python/src/wire/socket.rs): the loop waits in ``poll()`` on the socket's FD
+with the GIL released, never inside zmq, so a script thread's HOST_CALL or RESULT
+leaves without waking it, and a HOST_REPLY a script thread waits for is handed to
+it there (``worker.lane``, ``rhai.HostLine``) without the loop thread running any
+Python.  Region calls are CPU-bound and run inline, so a trivial call costs no thread
 hand-off.  Provider calls wait on the coordinator (host calls, stream credit), so
 one worker multiplexes many: the loop thread runs one itself and, while it waits,
 keeps serving the socket (leader/follower without the hand-over: its replies need
@@ -24,7 +27,6 @@ import contextlib
 import hashlib
 import os
 import queue
-import select
 import sys
 import threading
 import time
@@ -33,7 +35,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
+import rhai
 import zmq
+import zmq.backend.cython._zmq as zmq_extension
 
 from proto import (
     MAX_BODY_BYTES,
@@ -71,96 +75,6 @@ THREAD_STACK_BYTES: Final = 2 * 1024 * 1024
 stack only holds the Python around the call; every concurrent call's stacks count against RLIMIT_AS."""
 
 _PARENT_CHECK: Final = 0.1
-_POLLIN: Final = int(zmq.POLLIN)  # a plain int: ``int & zmq.POLLIN`` goes through the enum machinery
-_EVENTS: Final = int(zmq.EVENTS)  # plain ints for pyzmq's option lookup too
-_RCVMORE: Final = int(zmq.RCVMORE)
-_NOBLOCK: Final = int(zmq.NOBLOCK)
-
-
-class Wire:
-    """The worker's DEALER socket, shared by the loop thread and script threads.
-
-    zmq sockets are not thread-safe, but one may change threads behind a full
-    memory barrier (a lock).  The loop thread never waits *inside* zmq: it polls
-    the socket's FD and ``fd`` (an eventfd), so a script thread sends its own
-    messages.  Sends never wait for the lock: frames join a FIFO, and whoever
-    holds the lock sends everything queued, then looks again after releasing it.
-    The FD is edge-triggered: a send may consume the edge announcing input, so a
-    script thread's send that leaves input pending writes ``fd`` to wake the loop.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: deque[list[bytes]] = deque()
-        self._sock: zmq.Socket[bytes] | None = None
-        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-
-    def attach(self, sock: zmq.Socket[bytes]) -> None:
-        self._sock = sock
-
-    def send(self, frames: list[bytes], *, loop: bool = False) -> None:
-        """Send from any thread, in order; a failure is logged (deadlines cover a lost message).
-
-        ``loop``: the loop thread receives again before it next polls, so it skips the edge check.
-        """
-        self._queue.append(frames)
-        self._flush(loop)
-
-    def _flush(self, loop: bool) -> None:
-        while self._queue and self._lock.acquire(blocking=False):
-            try:
-                self._send_queued(loop)
-            finally:
-                self._lock.release()
-
-    def _send_queued(self, loop: bool) -> None:
-        sock = self._sock
-        if sock is None:  # closed: a straggler's message has nowhere to go
-            self._queue.clear()
-            return
-        while self._queue:
-            frames = self._queue.popleft()
-            try:  # one frame (every message is): ``send_multipart``'s checks and loop cost a µs
-                if len(frames) == 1:
-                    sock.send(frames[0], 0, len(frames[0]) <= 65536)
-                else:
-                    sock.send_multipart(frames, copy=len(frames[-1]) <= 65536)
-            except zmq.ZMQError as exc:
-                print(f"rhaipool worker: send failed: {exc}", file=sys.stderr, flush=True)
-        if not loop and int(sock.getsockopt(_EVENTS)) & _POLLIN:
-            os.eventfd_write(self.fd, 1)
-
-    def recv(self) -> list[bytes] | None:
-        """(Loop thread) the next message, or ``None`` once none is pending (the loop then polls)."""
-        sock = self._sock
-        assert sock is not None
-        with self._lock:
-            try:  # EVENTS first: an empty receive's zmq.Again costs twice the check
-                frames: list[bytes] | None = None
-                if int(sock.getsockopt(_EVENTS)) & _POLLIN:
-                    frames = [sock.recv(_NOBLOCK)]
-                    while sock.getsockopt(_RCVMORE):  # recv_multipart's loop, without its enum look-ups
-                        frames.append(sock.recv(_NOBLOCK))
-            except zmq.Again:
-                frames = None
-            except zmq.ZMQError as exc:
-                print(f"rhaipool worker: receive failed: {exc}", file=sys.stderr, flush=True)
-                frames = None
-        self._flush(False)  # what script threads queued meanwhile; it may precede our poll: check the edge
-        return frames
-
-    def clear(self) -> None:
-        """Reset ``fd`` after poll reported it."""
-        with contextlib.suppress(BlockingIOError):
-            os.eventfd_read(self.fd)
-
-    def close(self) -> None:
-        """Send what is queued, then close the socket (waiting for a thread that is sending)."""
-        with self._lock:
-            self._send_queued(True)
-            if self._sock is not None:
-                self._sock.close()
-                self._sock = None
 
 
 class WorkerLoop:
@@ -186,8 +100,8 @@ class WorkerLoop:
         self._lane = new_lane(self._resident.lists)
         """Plain region calls of cached scripts, frame to frame in native code (``worker/lane.py``)."""
         self._channels: dict[int, CallChannel] = {}
-        self._wire = Wire()
-        self._outbox = Outbox(self._wire.send)
+        self._pending: deque[list[bytes]] = deque()
+        """Messages received for Python, in order (the wire hands them over in batches)."""
         threading.stack_size(THREAD_STACK_BYTES)
         self._threads = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="script")
         self._engines: Engines | None = None
@@ -195,7 +109,6 @@ class WorkerLoop:
         self._stopping = False
         self._inline: CallChannel | None = None
         """The provider call the loop thread is running itself (at most one; the rest use threads)."""
-        self._poller = select.poll()
         self._next_beat = self._next_check = time.monotonic()
 
     def run(self) -> int:
@@ -207,19 +120,18 @@ class WorkerLoop:
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_BODY_BYTES + 4096)
         sock.connect(self._endpoint)
-        self._sock = sock
-        self._wire.attach(sock)
+        self._wire = rhai.Wire(sock.underlying, fd=sock.FD, library=zmq_extension.__file__)
+        self._outbox = Outbox(self._wire)
         try:
             self._engines = Engines(HOST_FUNCTIONS, WAITS)
             self._send(self._ready)
             return self._serve()
         finally:
-            self._wire.close()
+            self._wire.close()  # sends what is queued, waiting for a thread that is sending
+            sock.close()
             context.term()
 
     def _serve(self) -> int:
-        self._poller.register(self._sock.FD, select.POLLIN)
-        self._poller.register(self._wire.fd, select.POLLIN)
         while True:
             self._tick()
             # last before poll: it ends in a receive, which catches an edge our sends ate
@@ -261,26 +173,26 @@ class WorkerLoop:
             )
 
     def _poll(self, deadline: float | None) -> None:
-        """Wait for input, the wake-up FD, the next tick or ``deadline``."""
+        """Wait for input for Python, the next tick or ``deadline`` (host replies for script
+        threads are handed on meanwhile)."""
         until = min(self._next_beat, self._next_check)
         if deadline is not None:
             until = min(until, deadline)
-        timeout = max(0.0, until - time.monotonic())
-        for fd, _ in self._poller.poll(int(timeout * 1000) + 1):  # +1: never spin on a sub-ms remainder
-            if fd == self._wire.fd:  # only then: reading an unset eventfd costs a syscall and an exception
-                self._wire.clear()
+        self._pending.extend(self._wire.wait(self._lane, max(0.0, until - time.monotonic())))
 
     def _send_frames(self, frames: list[bytes]) -> None:
-        self._wire.send(frames, loop=True)
+        self._wire.send(frames, loop_thread=True)
 
     def _send(self, message: WireMessage) -> None:
         self._send_frames(encode(message))
 
     def _drain_socket(self) -> None:
-        while True:
-            frames = self._wire.recv()
-            if frames is None:
-                return
+        """Serve every message received for Python, in order (a call run inline here may serve
+        the ones after it)."""
+        pending = self._pending
+        pending.extend(self._wire.drain(self._lane))
+        while pending:
+            frames = pending.popleft()
             if len(frames) == 1 and not self._stopping:
                 ended = self._lane.run(frames[0])  # the hot path: a plain region call, run natively
                 if ended is not None:
@@ -335,6 +247,7 @@ class WorkerLoop:
         else:
             channel = CallChannel(call.id, self._outbox, call.window)
             self._channels[call.id] = channel
+            self._lane.open_line(channel.line)  # its replies go to its thread from the lane
             self._threads.submit(self._run_channelled, call, compiled, channel)
 
     def _script_for(self, call: Call) -> Compiled | None:
@@ -389,3 +302,4 @@ class WorkerLoop:
             self._outbox.put(Error(call.id, ErrorClass.INTERNAL, f"{type(exc).__name__}: {exc}"))
         finally:
             self._channels.pop(call.id, None)
+            self._lane.close_line(call.id)

@@ -36,7 +36,8 @@ struct Limits {
 
 struct Registered {
     name: String,
-    func: Arc<Py<PyAny>>,
+    /// `None`: a brokered host call the binding makes itself (`wire::host_line`).
+    func: Option<Arc<Py<PyAny>>>,
     signatures: Vec<Vec<TypeId>>,
 }
 
@@ -206,7 +207,26 @@ impl Engine {
         fns.retain(|r| !(r.name == name && r.signatures == signatures));
         fns.push(Registered {
             name: name.to_string(),
-            func: Arc::new(func.unbind()),
+            func: Some(Arc::new(func.unbind())),
+            signatures,
+        });
+        *built = None;
+        Ok(())
+    }
+
+    /// Registers `name` as one of rhaipool's brokered host calls, made natively through the
+    /// calling thread's `HostLine` (`bind_line`), at each signature in `signatures`.
+    fn register_brokered(&self, name: &str, signatures: Vec<Vec<String>>) -> PyResult<()> {
+        let signatures: Vec<Vec<TypeId>> = signatures
+            .iter()
+            .map(|t| t.iter().map(|n| type_id(n)).collect::<PyResult<_>>())
+            .collect::<PyResult<_>>()?;
+        let mut built = self.built.lock().map_err(lock_err)?;
+        let mut fns = self.functions.lock().map_err(lock_err)?;
+        fns.retain(|r| r.name != name);
+        fns.push(Registered {
+            name: name.to_string(),
+            func: None,
             signatures,
         });
         *built = None;
@@ -247,7 +267,10 @@ impl Engine {
         }
         let mut e = build(&self.limits, self.json_functions);
         for r in self.functions.lock().map_err(lock_err)?.iter() {
-            host::register(&mut e, &r.name, &r.func, &r.signatures);
+            match &r.func {
+                Some(func) => host::register(&mut e, &r.name, func, &r.signatures),
+                None => crate::wire::host_line::register(&mut e, &r.name, &r.signatures),
+            }
         }
         let e = Arc::new(e);
         *built = Some(e.clone());

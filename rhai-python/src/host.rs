@@ -22,7 +22,7 @@ use std::thread::ThreadId;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyList, PyTuple};
 use rhai::{Dynamic, EvalAltResult, NativeCallContext, NativeCallContextStore, Position};
 
 use crate::context;
@@ -196,6 +196,30 @@ fn call_python(
         )));
     }
     result
+}
+
+/// Host arguments -> the list a Python host function would get; the callbacks in it are valid
+/// until the flag returned is cleared.
+pub fn args_to_python<'py>(
+    py: Python<'py>,
+    ctx: &NativeCallContext,
+    args: &[&mut Dynamic],
+) -> Result<(Bound<'py, PyList>, Arc<AtomicBool>), Box<EvalAltResult>> {
+    let alive = Arc::new(AtomicBool::new(true));
+    let mut py_args = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        match arg_to_python(py, ctx, a, &alive) {
+            Ok(obj) => py_args.push(obj),
+            Err(e) => {
+                return Err(pyerr_to_engine(
+                    py,
+                    e.into_pyerr(&format!("host argument {i}")),
+                ))
+            }
+        }
+    }
+    let list = PyList::new(py, py_args).map_err(|e| pyerr_to_engine(py, e))?;
+    Ok((list, alive))
 }
 
 /// A host argument -> Python; script function pointers anywhere inside it become

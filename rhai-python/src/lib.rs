@@ -37,6 +37,9 @@ fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<host::Callback>()?;
     m.add_class::<host::FnPtr>()?;
     m.add_class::<wire::lane::Lane>()?;
+    m.add_class::<wire::host_line::HostLine>()?;
+    m.add_class::<wire::socket::Wire>()?;
+    m.add_function(wrap_pyfunction!(wire::host_line::bind_line, m)?)?;
     m.add_class::<wire::resident::ResidentLists>()?;
     m.add_function(wrap_pyfunction!(context::current_call_remaining, m)?)?;
     m.add_function(wrap_pyfunction!(json::to_json, m)?)?;

@@ -11,10 +11,13 @@ __all__ = [
     "CancelToken",
     "Engine",
     "FnPtr",
+    "HostLine",
     "Lane",
     "ResidentLists",
     "Script",
+    "Wire",
     "__version__",
+    "bind_line",
     "current_call_remaining",
     "parse_json",
     "tiktoken_count",
@@ -146,6 +149,7 @@ class Lane:
         max_depth: int,
         max_resident_key: int = 128,
         resident: ResidentLists | None = None,
+        reply_header: bytes | None = None,
     ) -> Lane: ...
     def put(self, sha: str, script: Script) -> None:
         """Serve calls of script ``sha`` from now on."""
@@ -153,15 +157,79 @@ class Lane:
         """Stop serving calls of script ``sha``."""
     def take_used(self) -> list[str]:
         """Scripts run since the last call, least recently used first."""
+    def open_line(self, line: HostLine) -> None:
+        """Route the HOST_REPLY frames of call ``line.id`` to ``line``."""
+    def close_line(self, id: int) -> None:
+        """Stop routing call ``id``'s HOST_REPLY frames."""
     def __len__(self) -> int: ...
     def run(self, frame: bytes) -> bytes | tuple[Any, ...] | None:
         """Run the CALL in ``frame`` if the lane can.
 
-        Returns its RESULT frame; ``(id, value, wall, cpu, ops, output)`` when the value is for the
-        caller to encode; ``(id, exception)`` when the call failed (the exception ``Script.call``
-        raises); ``(id, "missing", base)`` when its ``resident`` delta applies to a version of the
-        list not held; ``None`` when nothing ran.
+        Returns its RESULT frame; ``(id, value, wall, cpu, ops, output)``
+        when the value is for the caller to encode; ``(id, exception)`` when the call failed (the
+        exception ``Script.call`` raises); ``(id, "missing", base)`` when its ``resident`` delta
+        applies to a version of the list not held; ``None`` when nothing ran.
         """
+
+@final
+class HostLine:
+    """One provider call's brokered host calls (``Engine.register_brokered``), made natively.
+
+    A thread bound to it (``bind_line``) writes each HOST_CALL frame itself and sends it on
+    ``wire`` without the GIL; a value the native codec leaves to Python goes through
+    ``fallback(hid, name, args)``. The reply comes through ``Wire.wait``/``Wire.drain`` (with a
+    ``Lane`` the line is open on) or ``deliver``, waited for with the GIL released;
+    ``fail(reason)`` raises what a wait ends in (``"deadline"``, ``"cancel"``). With ``wait``,
+    replies come from ``wait(hid)`` (``(ok, value)``) instead.
+    """
+
+    def __new__(
+        cls,
+        id: int,
+        *,
+        header: bytes,
+        max_body: int,
+        max_container: int,
+        max_depth: int,
+        wire: Wire,
+        fallback: Callable[[int, str, list[Any]], None],
+        fail: Callable[[str], None],
+        wait: Callable[[int], tuple[bool, Any]] | None = None,
+    ) -> HostLine: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def host_calls(self) -> int:
+        """Host calls made so far."""
+    @property
+    def pending(self) -> int:
+        """The host call a native wait is for now (0: none)."""
+    def next_hid(self) -> int:
+        """The next host call's id."""
+    def deliver(self, hid: int, ok: bool, value: Any) -> bool:
+        """Hand the waiting thread a reply; ``False`` if nobody waits for host call ``hid``."""
+    def cancel(self) -> None:
+        """End a native wait (now or when it starts) in ``fail("cancel")``."""
+
+@final
+class Wire:
+    """A zmq socket (pyzmq's ``Socket.underlying``, its ``Socket.FD``) driven natively through
+    the libzmq of the extension at ``library``: sends from any thread without the GIL, and the
+    loop thread's receive path, which hands the HOST_REPLY frames a ``Lane`` routes to the
+    ``HostLine`` waiting for them and returns every other message."""
+
+    def __new__(cls, socket: int, *, fd: int, library: str) -> Wire: ...
+    def send(self, frames: list[bytes], *, loop_thread: bool = False) -> None:
+        """Send from any thread, in order (``loop_thread``: no edge check)."""
+    def drain(self, lane: Lane) -> list[list[bytes]]:
+        """(Loop thread) every message pending now, but the replies ``lane`` routes."""
+    def wait(self, lane: Lane, timeout: float) -> list[list[bytes]]:
+        """(Loop thread) wait up to ``timeout`` seconds for messages ``lane`` does not route."""
+    def close(self) -> None:
+        """Send what is queued, then stop using the socket."""
+
+def bind_line(line: HostLine | None) -> HostLine | None:
+    """Make ``line`` the one this thread's brokered calls use; returns the previous one."""
 
 @final
 class ResidentLists:
@@ -224,6 +292,8 @@ class Engine:
                 beyond, ``TooManyOperations``: one operation may copy or free a whole value, so the
                 operation count alone does not bound the cost.  Default: 2 us per operation.
         """
+    def register_brokered(self, name: str, signatures: list[list[str]]) -> None:
+        """Register ``name`` as a brokered host call made through the thread's ``HostLine``."""
     def register_fn(self, name: str, func: Callable[..., Any], *, types: list[str] | None = None) -> None:
         """Make ``func`` a script function at every arity it accepts (up to 8).
 

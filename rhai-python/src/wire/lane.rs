@@ -19,6 +19,10 @@
 //! caller, `proto` being the one definition of the wire; rhaipool's tests check that the lane's
 //! frames are byte for byte the Python path's.
 //!
+//! The lane also reads the `HOST_REPLY` frames the worker's `Wire` receives (`route`): one a
+//! provider call on a script thread waits for (`HostLine`, `open_line`) goes to that thread's slot
+//! as Rhai values; any other is left to the Python path.
+//!
 //! Past 400 lines because the CALL reader (every field, and the resident map, checked as the Python
 //! path checks them) and the RESULT writer frame the one call they serve; apart, each would repeat
 //! the other's field list.
@@ -34,6 +38,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rhai::{Dynamic, Map};
 
+use super::host_line::{HostLine, Lines};
 use super::msgpack::{Caps, Reader, Scalar, Writer};
 use super::resident::{ResidentLists, Update};
 use crate::script::Script;
@@ -75,6 +80,8 @@ pub struct Lane {
     max_resident_key: usize,
     caps: Caps,
     resident: Option<Py<ResidentLists>>,
+    reply_header: Option<Vec<u8>>,
+    lines: Lines,
     scripts: Mutex<HashMap<String, Held>>,
     tick: AtomicU64,
     synced: AtomicU64,
@@ -122,6 +129,60 @@ enum Ended {
 }
 
 impl Lane {
+    /// Whether `frame` is a `HOST_REPLY` handed here to the script thread waiting for it
+    /// (`HostLine`); `false` leaves it to the Python path.
+    pub fn route(&self, frame: &[u8]) -> bool {
+        self.reply_header
+            .as_deref()
+            .and_then(|h| frame.strip_prefix(h))
+            .is_some_and(|body| self.route_reply(body))
+    }
+
+    /// Fill the slot of the script thread waiting for the `HOST_REPLY` in `body`, if one waits for
+    /// it and the body is plainly valid (`proto.host.HostReply.from_body`'s checks); `false`
+    /// leaves the frame to the Python path.
+    fn route_reply(&self, body: &[u8]) -> bool {
+        let mut r = Reader::new(body, self.caps);
+        let (mut id, mut hid, mut ok, mut value) = (None, None, None, None);
+        let Some(n) = r.map_len() else {
+            return false;
+        };
+        for _ in 0..n {
+            let Some(Scalar::Str(key)) = r.scalar() else {
+                return false;
+            };
+            let seen = if key == "value" {
+                let Some(v) = r.value(1) else {
+                    return false;
+                };
+                value.replace(v).is_some()
+            } else {
+                match (key, r.scalar()) {
+                    ("id", Some(Scalar::Int(i))) if (0..=self.max_id).contains(&i) => {
+                        id.replace(i).is_some()
+                    }
+                    ("hid", Some(Scalar::Int(h))) if (1..=self.max_id).contains(&h) => {
+                        hid.replace(h).is_some()
+                    }
+                    ("ok", Some(Scalar::Bool(b))) => ok.replace(b).is_some(),
+                    _ => return false,
+                }
+            };
+            if seen {
+                return false;
+            }
+        }
+        let (Some(id), Some(hid), Some(ok), Some(value)) = (id, hid, ok, value) else {
+            return false;
+        };
+        if !r.at_end() {
+            return false;
+        }
+        self.lines
+            .get(id)
+            .is_some_and(|line| line.get().fill(hid, ok, value))
+    }
+
     /// The CALL's fields, if the lane can run it exactly as the Python path would.
     fn read_call<'a>(&self, frame: &'a [u8]) -> Option<Call<'a>> {
         let body = frame.strip_prefix(self.call_header.as_slice())?;
@@ -341,7 +402,7 @@ impl Lane {
     #[new]
     #[pyo3(signature = (
         *, call_header, result_header, max_id, max_body, max_container, max_depth,
-        max_resident_key=128, resident=None
+        max_resident_key=128, resident=None, reply_header=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -353,6 +414,7 @@ impl Lane {
         max_depth: usize,
         max_resident_key: usize,
         resident: Option<Py<ResidentLists>>,
+        reply_header: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         if call_header.is_empty() || result_header.is_empty() || max_id < 0 {
             return Err(PyValueError::new_err(
@@ -366,6 +428,8 @@ impl Lane {
             max_body,
             max_resident_key,
             resident,
+            reply_header,
+            lines: Lines::default(),
             caps: Caps {
                 container: max_container,
                 depth: max_depth,
@@ -407,6 +471,16 @@ impl Lane {
             .collect();
         used.sort_unstable();
         used.into_iter().map(|(_, sha)| sha.clone()).collect()
+    }
+
+    /// Route the `HOST_REPLY` frames of call `line.id` to `line` (a provider call on a script thread).
+    fn open_line(&self, line: Py<HostLine>) {
+        self.lines.open(line);
+    }
+
+    /// Stop routing call `id`'s replies (its call ended).
+    fn close_line(&self, id: i64) {
+        self.lines.close(id);
     }
 
     fn __len__(&self) -> usize {

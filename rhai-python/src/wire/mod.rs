@@ -3,9 +3,15 @@
 //!
 //! `lane.rs` runs a worker's plain region call from its CALL frame to its RESULT frame, reading and
 //! writing msgpack straight to and from Rhai values with `msgpack.rs`; `resident.rs` keeps the
-//! lists a region's renders update by deltas (RHP §6.3). The frame layout and caps come from the
-//! caller (`worker/lane.py`), `proto` being the one definition of the wire.
+//! lists a region's renders update by deltas (RHP §6.3); `host_line.rs` makes a provider call's
+//! brokered host calls, its `HOST_CALL` frames written and its `HOST_REPLY` values read natively;
+//! `socket.rs` drives the worker's socket, so the loop thread receives and routes replies, and a
+//! script thread sends, without the GIL.
+//! The frame layout and caps come from the caller (`worker/lane.py`, `worker/host_bridge.py`),
+//! `proto` being the one definition of the wire.
 
+pub mod host_line;
 pub mod lane;
 pub mod msgpack;
 pub mod resident;
+pub mod socket;

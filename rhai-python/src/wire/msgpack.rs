@@ -41,6 +41,7 @@ pub struct Reader<'a> {
 /// A map key or a string field, borrowed from the buffer.
 pub enum Scalar<'a> {
     Nil,
+    Bool(bool),
     Int(i64),
     Float(f64),
     Str(&'a str),
@@ -139,6 +140,8 @@ impl<'a> Reader<'a> {
         }
         Some(match b {
             0xc0 => Scalar::Nil,
+            0xc2 => Scalar::Bool(false),
+            0xc3 => Scalar::Bool(true),
             0x00..=0x7f => Scalar::Int(i64::from(b)),
             0xe0..=0xff => Scalar::Int(i64::from(i8::from_be_bytes([b]))),
             0xcc => Scalar::Int(i64::try_from(self.be(1)?).ok()?),
@@ -207,6 +210,7 @@ impl<'a> Reader<'a> {
             }
             _ => match self.scalar()? {
                 Scalar::Nil => Some(Dynamic::UNIT),
+                Scalar::Bool(b) => Some(Dynamic::from_bool(b)),
                 Scalar::Int(i) => Some(Dynamic::from_int(i)),
                 Scalar::Float(f) => Some(Dynamic::from_float(f)),
                 Scalar::Str(s) => Some(Dynamic::from(ImmutableString::from(s))),
