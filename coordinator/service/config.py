@@ -100,7 +100,8 @@ class TenantLimits:
     max_region_budget: int = 10_000_000
     """Largest token budget of one region."""
     max_entry_bytes: int = 64 * _MIB
-    """Bytes of entry content the tenant's regions hold in all (memory and database)."""
+    """Bytes of entries the tenant's regions hold in all (memory and database): content, key, tool calls
+    (ids, names, arguments as JSON) and a tool result's call id and tool name."""
     max_scripts: int = 256
     """Scripts stored."""
     max_script_bytes: int = 16 * _MIB
@@ -109,6 +110,9 @@ class TenantLimits:
     """Provider tables of the tenant's own (``PUT /api/providers/{name}/config``)."""
     max_provider_table_bytes: int = _MIB
     """Bytes of the tenant's own provider tables in all, as JSON."""
+    max_idempotency_bytes: int = 16 * _MIB
+    """Bytes of answers kept for ``Idempotency-Key`` (bodies, keys, requests, 128 per key); past it the
+    oldest answers' bodies go first (a replay answers 409: it applied), then the oldest keys."""
     max_streams: int = 32
     """Provider streams open at once."""
     max_connections: int = 64

@@ -16,6 +16,11 @@ applied: the retry runs), and so do a ``429`` (a quota or a rate limit refused t
 applied; replaying it would refuse every retry of a request that may now succeed) and streams and
 bodies over the size limit, whose answers are not kept. Keys are kept for :data:`TTL_SECS`. The
 caller is the token's tenant (or the admin), so tenants' keys never meet.
+
+What a caller keeps is bounded by its ``max_idempotency_bytes`` (``[serve.tenant_defaults]``,
+``[tenants.<id>]``; the admin has the defaults): past it the oldest answers lose their bodies first, and
+a replay of such a key answers ``409`` saying its request applied (at most once still holds), then
+the oldest keys are forgotten (a retry of one that old would run again).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from coordinator.service.auth import ADMIN
 from coordinator.service.errors import StorageFailed
 from coordinator.service.state import Service
+from coordinator.service.storage import DROPPED
 
 __all__ = ["TTL_SECS", "Idempotency"]
 
@@ -39,10 +45,15 @@ log = logging.getLogger("rhaipool.service")
 TTL_SECS: Final = 24 * 3600.0
 _HEADER: Final = b"idempotency-key"
 _WRITES: Final = frozenset({"POST", "PUT", "DELETE", "PATCH"})
+_ADMIN_CALLER: Final = "\x00admin"  # no tenant id holds a NUL
 _KEPT_HEADERS: Final = frozenset({b"content-type", b"retry-after", b"location"})
 _CUT_SHORT: Final = (
     "the request first sent with this Idempotency-Key was cut short (the service stopped before it "
     "answered): it may or may not have applied; check, then retry with a new key"
+)
+_DROPPED: Final = (
+    "the request sent with this Idempotency-Key applied (status %d); its answer is no longer kept "
+    "(max_idempotency_bytes): check its result, and send a new request with a new key"
 )
 
 
@@ -84,7 +95,7 @@ class Idempotency:
         if who is None:  # let the route answer 401 as it always does
             await self.app(scope, receive, send)
             return
-        caller = "\x00admin" if who is ADMIN else str(who)
+        caller = _ADMIN_CALLER if who is ADMIN else str(who)
         key = raw.decode("ascii")
         body, more = await _read(receive, self.service.config.max_body_bytes)
         fingerprint = json.dumps(
@@ -126,6 +137,8 @@ class Idempotency:
             await _send(send, *_json(409, "a request with this Idempotency-Key is still running"))
         elif status == 0:
             await _send(send, *_json(409, _CUT_SHORT))
+        elif headers == DROPPED:
+            await _send(send, *_json(409, _DROPPED % status))
         else:
             head = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(headers)]
             await _send(send, status, [*head, (b"idempotent-replayed", b"true")], answer)
@@ -165,7 +178,10 @@ class Idempotency:
                 for k, v in start.get("headers", ())
                 if k in _KEPT_HEADERS
             ]
-            await storage.save_idempotent_answer(*slot, status, json.dumps(headers), b"".join(chunks))
+            config = self.service.config
+            limits = config.tenant_defaults if slot[0] == _ADMIN_CALLER else config.limits(slot[0])
+            limit = limits.max_idempotency_bytes
+            await storage.save_idempotent_answer(*slot, status, json.dumps(headers), b"".join(chunks), limit)
         except StorageFailed as exc:  # answered already: a retry gets the "cut short" 409
             log.warning("Idempotency-Key answer not stored: %s", exc.error)
 

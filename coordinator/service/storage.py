@@ -45,6 +45,8 @@ from coordinator.service.errors import StorageFailed
 from coordinator.service.storage_backends import Backend, Db, Dialects, Migrations, open_backend
 
 __all__ = [
+    "DROPPED",
+    "IDEMPOTENCY_ROW_BYTES",
     "LEASE_SECS",
     "MIGRATIONS",
     "Lease",
@@ -127,6 +129,10 @@ _TENANT_TABLES: Final = (
     "idempotency",
 )
 LEASE_SECS: Final = 10.0
+IDEMPOTENCY_ROW_BYTES: Final = 128
+"""What a kept ``Idempotency-Key`` counts beyond its body, key and request (its row's other fields)."""
+DROPPED: Final = "null"
+"""``headers`` of a kept key whose answer's body was dropped for its caller's quota (it applied)."""
 """How long a tenant's lease lasts unrenewed (the owner renews it every third of that)."""
 _TRUST: Final = 0.8
 """The part of a lease this coordinator serves on after the renewal that began it (clocks drift)."""
@@ -726,14 +732,52 @@ class Storage:
         return await self._change(tenant, run)
 
     async def save_idempotent_answer(
-        self, tenant: str, key: str, status: int, headers: str, body: bytes
+        self, tenant: str, key: str, status: int, headers: str, body: bytes, limit: int
     ) -> None:
-        """The answer given for a claimed key."""
-        await self._write(
-            tenant,
-            "UPDATE idempotency SET status = ?, headers = ?, body = ? WHERE tenant = ? AND key = ?",
-            (status, headers, body, self._caller(tenant), key),
-        )
+        """The answer given for a claimed key, within ``limit`` bytes of the caller's kept keys (each
+        key's body, key and request, plus ``IDEMPOTENCY_ROW_BYTES``): past it, the oldest answers lose
+        their bodies (``headers`` becomes ``DROPPED``: the key still says its request applied), then the
+        oldest answered keys go. An answer over the limit on its own is kept without its body."""
+        caller = self._caller(tenant)
+
+        def run(db: Db) -> None:
+            own = len(body) + len(key) + IDEMPOTENCY_ROW_BYTES
+            kept = (status, headers, body) if own <= limit else (status, DROPPED, b"")
+            db.execute(
+                "UPDATE idempotency SET status = ?, headers = ?, body = ? WHERE tenant = ? AND key = ?",
+                (*kept, caller, key),
+            )
+            total = int(
+                db.execute(
+                    "SELECT COALESCE(SUM(length(body) + length(key) + length(request)), 0) + COUNT(*) * ?"
+                    " FROM idempotency WHERE tenant = ?",
+                    (IDEMPOTENCY_ROW_BYTES, caller),
+                ).fetchone()[0]
+            )
+            if total <= limit:
+                return
+            oldest = db.execute(
+                "SELECT key, length(body), length(key) + length(request) FROM idempotency"
+                " WHERE tenant = ? AND status <> 0 AND key <> ? ORDER BY created_at",
+                (caller, key),
+            ).fetchall()
+            dropped, gone = [], []
+            for name, size, _ in oldest:  # answers first: their keys still refuse a second run
+                if total <= limit:
+                    break
+                if size:
+                    dropped.append((DROPPED, b"", caller, name))
+                    total -= int(size)
+            for name, _, rest in oldest:  # then whole keys, oldest first
+                if total <= limit:
+                    break
+                gone.append((caller, name))
+                total -= int(rest) + IDEMPOTENCY_ROW_BYTES
+            drop = "UPDATE idempotency SET headers = ?, body = ? WHERE tenant = ? AND key = ?"
+            db.executemany(drop, dropped)
+            db.executemany("DELETE FROM idempotency WHERE tenant = ? AND key = ?", gone)
+
+        await self._change(tenant, run)
 
     async def release_idempotency_key(self, tenant: str, key: str) -> None:
         """Forget a claimed key whose request applied nothing (a 5xx), so that a retry runs."""

@@ -17,7 +17,7 @@ import pytest
 from postgres_server import PostgresServer
 
 from coordinator.service.errors import ServiceConfigError, StorageFailed
-from coordinator.service.storage import MIGRATIONS, Storage
+from coordinator.service.storage import DROPPED, IDEMPOTENCY_ROW_BYTES, MIGRATIONS, Storage
 from coordinator.service.storage_backends import redacted_url
 
 Opener = Callable[..., Storage]
@@ -151,7 +151,7 @@ def test_idempotency_keys(opener: Opener) -> None:
             assert await s.claim_idempotency_key(caller, "k", "req", 0.0) is True
             assert await s.claim_idempotency_key(caller, "k", "req", 0.0) is False
             assert await s.idempotent_answer(caller, "k") == ("req", 0, "[]", b"")
-            await s.save_idempotent_answer(caller, "k", 200, '[["a", "b"]]', b"\x00body")
+            await s.save_idempotent_answer(caller, "k", 200, '[["a", "b"]]', b"\x00body", 1 << 20)
             assert await s.idempotent_answer(caller, "k") == ("req", 200, '[["a", "b"]]', b"\x00body")
             await s.release_idempotency_key(caller, "k")  # answered: kept
             assert await s.idempotent_answer(caller, "k") is not None
@@ -161,6 +161,36 @@ def test_idempotency_keys(opener: Opener) -> None:
         assert await s.claim_idempotency_key("acme", "k3", "req", 1e12) is True  # all older keys expire
         assert await s.idempotent_answer("acme", "k") is None
         assert await s.idempotent_answer("\x00admin", "k") is None
+
+    asyncio.run(go())
+
+
+def test_kept_answers_stay_within_the_callers_bytes_oldest_bodies_first(opener: Opener) -> None:
+    """Past the limit the oldest answers lose their bodies (``DROPPED``: the key still refuses a second
+    run), then the oldest keys go; another caller's keys are untouched; an answer over the limit by
+    itself is kept without its body."""
+    s = opener()
+    row = IDEMPOTENCY_ROW_BYTES
+    limit = 3 * (1000 + 2 + 1 + row) + 2 * (2 + 1 + row) + 40  # three answers kept, two keys without theirs
+
+    async def go() -> None:
+        assert await s.claim_idempotency_key("other", "k0", "r", 0.0)
+        await s.save_idempotent_answer("other", "k0", 200, "[]", b"o" * 1000, limit)
+        for i in range(5):
+            assert await s.claim_idempotency_key("acme", f"k{i}", "r", 0.0)
+            await s.save_idempotent_answer("acme", f"k{i}", 200, "[]", bytes([65 + i]) * 1000, limit)
+        kept = [await s.idempotent_answer("acme", f"k{i}") for i in range(5)]
+        assert [k is not None and k[3] != b"" for k in kept] == [False, False, True, True, True], kept
+        assert kept[0] == ("r", 200, DROPPED, b"") and kept[1] == ("r", 200, DROPPED, b"")
+        assert await s.idempotent_answer("other", "k0") == ("r", 200, "[]", b"o" * 1000)
+        for i in range(5, 40):  # bodiless keys alone past the limit: the oldest are forgotten
+            assert await s.claim_idempotency_key("acme", f"k{i}", "r", 0.0)
+            await s.save_idempotent_answer("acme", f"k{i}", 201, "[]", b"", limit)
+        assert await s.idempotent_answer("acme", "k0") is None
+        assert await s.idempotent_answer("acme", "k39") == ("r", 201, "[]", b"")
+        assert await s.claim_idempotency_key("acme", "big", "r", 0.0)
+        await s.save_idempotent_answer("acme", "big", 200, '[["a", "b"]]', b"x" * (2 * limit), limit)
+        assert await s.idempotent_answer("acme", "big") == ("r", 200, DROPPED, b"")
 
     asyncio.run(go())
 

@@ -189,6 +189,42 @@ def test_an_idempotency_key_applies_a_retried_write_once(tmp_path: Path) -> None
         assert service.stop() == 0
 
 
+def test_kept_answers_are_bounded_and_a_dropped_one_still_refuses_a_second_run(tmp_path: Path) -> None:
+    """``max_idempotency_bytes``: past it the oldest answers lose their bodies, and a replay of such a
+    key answers 409 saying its request applied; it never runs again. (30 keys of ~250 bytes each
+    without their ~110-byte answers fit in 9 000 bytes, so none is forgotten.)"""
+    port = free_port()
+    extra = "[serve.tenant_defaults]\nmax_idempotency_bytes = 9000"
+    service = ServiceProcess.start(write_config(tmp_path, port=port, workers=1, extra=extra), port)
+    try:
+        with service.client("acme") as c:
+            c.put_script("region_hook", "log", HOOK)
+            c.create_region("log", script="log", budget=100_000)
+        url = f"{service.url}/api/regions/log/write"
+        for i in range(30):
+            sent = httpx.post(
+                url, json={"content": f"w{i}", "tokens": 1}, headers={"Idempotency-Key": f"k{i}", **AUTH}
+            )
+            assert sent.status_code == 200, sent.text
+        last = httpx.post(
+            url, json={"content": "w29", "tokens": 1}, headers={"Idempotency-Key": "k29", **AUTH}
+        )
+        assert last.status_code == 200 and last.headers["idempotent-replayed"] == "true"
+        first = httpx.post(
+            url, json={"content": "w0", "tokens": 1}, headers={"Idempotency-Key": "k0", **AUTH}
+        )
+        assert first.status_code == 409 and "applied (status 200)" in first.json()["error"], first.text
+        with service.client("acme") as c:
+            assert [e["content"] for e in c.get_region("log")["entries"]] == [f"w{i}" for i in range(30)]
+    finally:
+        assert service.stop() == 0
+    with sqlite3.connect(tmp_path / "state" / "rhaipool.db") as raw:
+        (kept,) = raw.execute(
+            "SELECT SUM(length(body) + length(key) + length(request) + 128) FROM idempotency"
+        ).fetchone()
+    assert kept <= 9000
+
+
 def test_a_429_releases_its_key_so_the_retry_runs_once_room_is_made(tmp_path: Path) -> None:
     """A quota's 429 applied nothing: replaying it would refuse every retry, so the key is released
     and the retry, once the tenant made room, runs (and is then kept like any answer)."""

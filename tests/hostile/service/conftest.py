@@ -25,6 +25,7 @@ max_scripts = 16
 max_script_bytes = 1048576
 max_streams = 4
 max_connections = 16
+max_idempotency_bytes = 4194304
 provider_call_secs = 3
 """
 """Every tenant's quotas (B's and the corpus tenants'): small, so an attack reaches them quickly."""
