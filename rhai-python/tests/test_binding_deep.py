@@ -106,10 +106,12 @@ def test_values_of_any_depth_convert_both_ways(kind: str, depth: int) -> None:
 
 @pytest.mark.parametrize("depth", [64, 1_000, 10_000])
 def test_scripts_return_values_of_any_depth(depth: int) -> None:
+    # take() moves the value into its new parent: a plain read deep-clones it every turn (quadratic in
+    # depth), and the engine charges that CPU to the operation budget
     engine = rhai.Engine(max_operations=10**7, max_array_size=10**6, max_map_size=10**6)
-    arrays = run(engine, f"let a = 7; for i in 0..{depth} {{ a = [a]; }} a", timeout=60)
+    arrays = run(engine, f"let a = 7; for i in 0..{depth} {{ a = [take(a)]; }} a", timeout=60)
     assert _depth(arrays) == depth
-    maps = run(engine, f"let m = 7; for i in 0..{depth} {{ m = #{{k: m, i: i}}; }} m", timeout=60)
+    maps = run(engine, f"let m = 7; for i in 0..{depth} {{ m = #{{k: take(m), i: i}}; }} m", timeout=60)
     assert _depth(maps) == depth
 
 
