@@ -13,15 +13,18 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from coordinator.client import Client
 
-__all__ = ["ADMIN", "TOKENS", "ServiceProcess", "free_port", "sha", "write_config"]
+__all__ = ["ADMIN", "TOKENS", "ServiceProcess", "free_port", "sha", "small_tmpfs", "write_config"]
 
 TOKENS = {"acme": "acme-secret-token", "globex": "globex-secret-token"}
 ADMIN = "admin-secret-token"
@@ -136,3 +139,16 @@ class ServiceProcess:
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
+
+
+@contextmanager
+def small_tmpfs(mount: Path, options: str) -> Iterator[Path]:
+    """``mount`` (an empty folder) as a tmpfs with ``options`` (``size=4m``...) for a disk that fills up
+    for real; mounting needs root, so elsewhere the test is skipped, saying why."""
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (root only): {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -31,7 +31,7 @@ import httpx
 import psycopg
 import pytest
 from postgres_server import PostgresServer
-from service_support import TOKENS, ServiceProcess, free_port, sha, write_config
+from service_support import TOKENS, ServiceProcess, free_port, sha, small_tmpfs, write_config
 
 from coordinator.client import Client, ServiceError
 
@@ -96,24 +96,22 @@ def small_disk_database(postgres: PostgresServer) -> Iterator[tuple[str, Path]]:
     mount = Path(tempfile.mkdtemp(prefix="rhaipool-pg-disk-"))
     owner = pwd.getpwnam(postgres.user) if postgres.user is not None else pwd.getpwuid(os.getuid())
     options = f"size=32m,mode=0700,uid={owner.pw_uid},gid={owner.pw_gid}"
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        mount.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    space = mount / "tablespace"
-    space.mkdir()
-    os.chown(space, owner.pw_uid, owner.pw_gid)
-    name = f"small_{uuid.uuid4().hex[:12]}"
     try:
-        with psycopg.connect(postgres.url, autocommit=True) as db:
-            db.execute(f"CREATE TABLESPACE {name} LOCATION '{space}'")
-            db.execute(f'CREATE DATABASE "{name}" TABLESPACE {name}')
-        yield postgres.url.rsplit("/", 1)[0] + f"/{name}", mount
+        with small_tmpfs(mount, options):
+            space = mount / "tablespace"
+            space.mkdir()
+            os.chown(space, owner.pw_uid, owner.pw_gid)
+            name = f"small_{uuid.uuid4().hex[:12]}"
+            try:
+                with psycopg.connect(postgres.url, autocommit=True) as db:
+                    db.execute(f"CREATE TABLESPACE {name} LOCATION '{space}'")
+                    db.execute(f'CREATE DATABASE "{name}" TABLESPACE {name}')
+                yield postgres.url.rsplit("/", 1)[0] + f"/{name}", mount
+            finally:
+                with psycopg.connect(postgres.url, autocommit=True) as db:
+                    db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                    db.execute(f"DROP TABLESPACE IF EXISTS {name}")
     finally:
-        with psycopg.connect(postgres.url, autocommit=True) as db:
-            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            db.execute(f"DROP TABLESPACE IF EXISTS {name}")
-        subprocess.run(["umount", "-l", str(mount)], check=False)
         shutil.rmtree(mount, ignore_errors=True)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_support import TOKENS, ServiceProcess, free_port, write_config
+from service_support import TOKENS, ServiceProcess, free_port, small_tmpfs, write_config
 
 from coordinator.client import ServiceError
 
@@ -29,13 +28,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs for the database (root only: mount)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(mount, "size=4m"):
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _start(folder: Path, database: Path | None = None) -> ServiceProcess:
