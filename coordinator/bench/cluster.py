@@ -12,6 +12,9 @@ inference shows. Tenants ``t00``, ``t01``, … each store the seed's groq provid
 acknowledged (a retry applies once); an inference is retried only when nothing can have reached the
 upstream (a 503 before the call: another coordinator's tenant, no server ready; a refused connection),
 otherwise it is lost, never sent twice by the client.
+
+Past 400 lines: the cluster (database, coordinators, balancer, upstream) and the load that checks it
+are one harness, shared by the bench and the tests, so both drive exactly the same parts.
 """
 
 from __future__ import annotations
