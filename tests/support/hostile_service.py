@@ -583,6 +583,17 @@ class Arena:
     def usage(self) -> Usage:
         return usage(self.service, self.database)
 
+    def add_tenant(self, tenant: str, token: str) -> Attacker:
+        """A tenant with the defaults' quotas, added through the admin API; its connection from A's
+        address."""
+        admin = Attacker(self.port, ADMIN)
+        try:
+            answer = admin.request("PUT", f"/api/admin/tenants/{tenant}", {"token_sha256": sha(token)})
+        finally:
+            admin.close()
+        assert answer.status in (200, 201), answer.text
+        return Attacker(self.port, token)
+
     @contextlib.contextmanager
     def alongside(self, what: str, *, samples: int = 30) -> Iterator[None]:
         """B calls while the block attacks; afterwards every promise of point 9 but the restart is

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 from hostile_service import MIB, PONG, Answer, Arena, Attacker, assert_typed, latency_bound, p99
-from service_support import ADMIN, sha
 
 HOOK = 'fn render(ctx) { ctx.entries.map(|e| e.content).reduce(|a, b| a + b, "") }'
 ENTRY_QUOTA = 4 * MIB
@@ -41,17 +40,6 @@ def mallory(arena: Arena) -> Attacker:
     stored = arena.attacker.put_script("region_hook", "plain", HOOK)
     assert stored.status == 200, stored.text
     return arena.attacker
-
-
-def add_tenant(arena: Arena, tenant: str, token: str) -> Attacker:
-    """A tenant with the defaults' quotas, added through the admin API; its connection from A's address."""
-    admin = Attacker(arena.port, ADMIN)
-    try:
-        answer = admin.request("PUT", f"/api/admin/tenants/{tenant}", {"token_sha256": sha(token)})
-    finally:
-        admin.close()
-    assert answer.status in (200, 201), answer.text
-    return Attacker(arena.port, token)
 
 
 def test_a_300_character_name_is_refused_before_anything_is_stored(arena: Arena, mallory: Attacker) -> None:
@@ -127,7 +115,7 @@ def test_a_megabyte_in_any_field_of_an_entry_counts_against_the_entry_quota(aren
     """An entry's key, tool calls, tool name and call id are held and stored like its content: writes
     that put a megabyte in one of them stop at ``max_entry_bytes`` too (counting the content alone, 8 × 1 MB
     in each of the four fields were all accepted under a 4 MiB quota, which showed 0 bytes used)."""
-    stuffer = add_tenant(arena, "stuffer", "stuffer-token-0c41")
+    stuffer = arena.add_tenant("stuffer", "stuffer-token-0c41")
     try:
         assert stuffer.put_script("region_hook", "plain", HOOK).status == 200
         region = {"name": "stuffed", "script": "plain", "budget": 100_000, "persistent": True}

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 from hostile_service import (
-    ATTACKER_ADDRESS,
     B_ENTRIES,
     OPERATOR_KEY,
     PLAIN,
@@ -36,7 +35,6 @@ from hostile_service import (
     Attacker,
     assert_typed,
 )
-from service_support import ADMIN, sha
 
 from ..arena import Hostile, corpus
 
@@ -56,18 +54,6 @@ harmless as the header's ``value``."""
 
 def tenant_of(hostile: Hostile) -> tuple[str, str]:
     return f"corpus-{hostile.name}", f"corpus-token-{hostile.name}-e41b"
-
-
-def add_tenant(arena: Arena, hostile: Hostile) -> Attacker:
-    """A tenant of the script's own, through the admin API; its connection from A's address."""
-    tenant, token = tenant_of(hostile)
-    admin = Attacker(arena.port, ADMIN, source=ATTACKER_ADDRESS)
-    try:
-        answer = admin.request("PUT", f"/api/admin/tenants/{tenant}", {"token_sha256": sha(token)})
-    finally:
-        admin.close()
-    assert answer.status in (200, 201), answer.text
-    return Attacker(arena.port, token)
 
 
 def provider_source(hostile: Hostile) -> str:
@@ -147,7 +133,7 @@ def attack_provider(attacker: Attacker, hostile: Hostile) -> None:
 
 @pytest.mark.parametrize("hostile", CORPUS, ids=[h.name for h in CORPUS])
 def test_script_through_the_api_fails_only_itself(arena: Arena, hostile: Hostile) -> None:
-    attacker = add_tenant(arena, hostile)
+    attacker = arena.add_tenant(*tenant_of(hostile))
     try:
         with arena.alongside(hostile.name):
             if hostile.kind == "region":

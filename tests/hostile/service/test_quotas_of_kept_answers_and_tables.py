@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import uuid
 
-from hostile_service import MIB, Arena, Attacker, assert_typed
-from service_support import ADMIN, sha
+from hostile_service import MIB, Arena, assert_typed
 
 HOOK = 'fn render(ctx) { ctx.entries.map(|e| e.content).reduce(|a, b| a + b, "") }'
 MEGABYTE = 1_000_000
@@ -31,18 +30,8 @@ dropped bodies freed (SQLite reuses them, never shrinks the file), SQLite's WAL 
 checkpoint (1 000 pages of 4 KiB), and the one or two answers being written. Unbounded: 42 MB."""
 
 
-def add_tenant(arena: Arena, tenant: str, token: str) -> Attacker:
-    admin = Attacker(arena.port, ADMIN)
-    try:
-        answer = admin.request("PUT", f"/api/admin/tenants/{tenant}", {"token_sha256": sha(token)})
-    finally:
-        admin.close()
-    assert answer.status in (200, 201), answer.text
-    return Attacker(arena.port, token)
-
-
 def test_answers_kept_for_idempotency_keys_are_bounded_per_tenant(arena: Arena) -> None:
-    keyed = add_tenant(arena, "keyed", "keyed-token-3e9a")
+    keyed = arena.add_tenant("keyed", "keyed-token-3e9a")
     try:
         assert keyed.put_script("region_hook", "echo", HOOK).status == 200
         assert (
@@ -65,7 +54,7 @@ def test_answers_kept_for_idempotency_keys_are_bounded_per_tenant(arena: Arena) 
 
 
 def test_a_tenants_provider_tables_are_bounded(arena: Arena) -> None:
-    tabled = add_tenant(arena, "tabled", "tabled-token-77c2")
+    tabled = arena.add_tenant("tabled", "tabled-token-77c2")
     try:
         before = arena.usage()
         refused = 0
