@@ -185,6 +185,28 @@ def many_regions(url: str, seconds: float, seen: Counter[int]) -> None:
             ] += 1
 
 
+def _held_until_answered(
+    opened: list[socket.socket], going: Callable[[], bool], seen: Counter[int], pause: float = 0.0
+) -> None:
+    """Wait on silent sockets until the service answers or closes each (its status counted, 0 for a
+    close), or time runs out (``seen[-1]``: still held); then close them all."""
+    while going() and opened:
+        for s in list(opened):
+            try:
+                got = s.recv(64)
+            except (TimeoutError, BlockingIOError):  # nothing yet
+                continue
+            except OSError:
+                got = b""
+            seen[int(got[9:12]) if got.startswith(b"HTTP/1.1 ") else 0] += 1
+            opened.remove(s)
+            s.close()
+        time.sleep(pause)
+    seen[-1] += len(opened)  # still held by the service when the attack ended
+    for s in opened:
+        s.close()
+
+
 def silent_connections(url: str, seconds: float, seen: Counter[int]) -> None:
     """200 connections that never send a byte, held until the service closes them."""
     port = int(url.rsplit(":", 1)[1])
@@ -195,21 +217,7 @@ def silent_connections(url: str, seconds: float, seen: Counter[int]) -> None:
         s.connect(("127.0.0.1", port))
         s.settimeout(0.05)
         opened.append(s)
-    going = _until(seconds)
-    while going() and opened:
-        for s in list(opened):
-            try:
-                got = s.recv(64)
-            except TimeoutError:
-                continue
-            except OSError:
-                got = b""
-            seen[int(got[9:12]) if got.startswith(b"HTTP/1.1 ") else 0] += 1
-            opened.remove(s)
-            s.close()
-    seen[-1] += len(opened)  # still held by the service when the attack ended
-    for s in opened:
-        s.close()
+    _held_until_answered(opened, _until(seconds), seen)
 
 
 def many_silent_sockets(url: str, seconds: float, seen: Counter[int]) -> None:
@@ -231,22 +239,8 @@ def many_silent_sockets(url: str, seconds: float, seen: Counter[int]) -> None:
             continue
         s.setblocking(False)
         opened.append(s)
-    going = _until(max(seconds, 5.0))  # the bench's 2 s header timeout, the sweep and a loaded machine
-    while going() and opened:
-        for s in list(opened):
-            try:
-                got = s.recv(64)
-            except BlockingIOError:
-                continue
-            except OSError:
-                got = b""
-            seen[int(got[9:12]) if got.startswith(b"HTTP/1.1 ") else 0] += 1
-            opened.remove(s)
-            s.close()
-        time.sleep(0.05)
-    seen[-1] += len(opened)
-    for s in opened:
-        s.close()
+    # the bench's 2 s header timeout, the sweep and a loaded machine
+    _held_until_answered(opened, _until(max(seconds, 5.0)), seen, pause=0.05)
 
 
 def deep_provider(url: str, seconds: float, seen: Counter[int]) -> None:
