@@ -165,19 +165,7 @@ fn call_python(
 ) -> Result<Dynamic, Box<EvalAltResult>> {
     let result = Python::attach(|py| {
         let alive = Arc::new(AtomicBool::new(true));
-        let mut py_args = Vec::with_capacity(args.len());
-        for (i, a) in args.iter().enumerate() {
-            // Read, never take: in method-call style `a` is the caller's own variable.
-            match arg_to_python(py, ctx, a, &alive) {
-                Ok(obj) => py_args.push(obj),
-                Err(e) => {
-                    return Err(pyerr_to_engine(
-                        py,
-                        e.into_pyerr(&format!("host argument {i}")),
-                    ))
-                }
-            }
-        }
+        let py_args = python_args(py, ctx, args, &alive)?;
         let out = PyTuple::new(py, py_args)
             .and_then(|t| func.bind(py).call1(t))
             .map_err(|e| pyerr_to_engine(py, e))
@@ -206,9 +194,22 @@ pub fn args_to_python<'py>(
     args: &[&mut Dynamic],
 ) -> Result<(Bound<'py, PyList>, Arc<AtomicBool>), Box<EvalAltResult>> {
     let alive = Arc::new(AtomicBool::new(true));
+    let py_args = python_args(py, ctx, args, &alive)?;
+    let list = PyList::new(py, py_args).map_err(|e| pyerr_to_engine(py, e))?;
+    Ok((list, alive))
+}
+
+/// Each host argument -> Python (read, never taken: in method-call style the first is the caller's
+/// own variable); an argument that does not convert is named by its position.
+fn python_args<'py>(
+    py: Python<'py>,
+    ctx: &NativeCallContext,
+    args: &[&mut Dynamic],
+    alive: &Arc<AtomicBool>,
+) -> Result<Vec<Bound<'py, PyAny>>, Box<EvalAltResult>> {
     let mut py_args = Vec::with_capacity(args.len());
     for (i, a) in args.iter().enumerate() {
-        match arg_to_python(py, ctx, a, &alive) {
+        match arg_to_python(py, ctx, a, alive) {
             Ok(obj) => py_args.push(obj),
             Err(e) => {
                 return Err(pyerr_to_engine(
@@ -218,8 +219,7 @@ pub fn args_to_python<'py>(
             }
         }
     }
-    let list = PyList::new(py, py_args).map_err(|e| pyerr_to_engine(py, e))?;
-    Ok((list, alive))
+    Ok(py_args)
 }
 
 /// A host argument -> Python; script function pointers anywhere inside it become
