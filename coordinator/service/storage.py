@@ -235,6 +235,7 @@ class Storage:
         """Told of a tenant this coordinator dropped because its lease moved (a write was refused, or a
         renewal found another owner)."""
         self._epochs: dict[str, int] = {}
+        self._unchecked: dict[str, int] = {}  # caller -> answer bytes kept since its last full count
         self._valid_until: dict[str, float] = {}
         self._nul = self.backend.engine == "postgresql"  # PostgreSQL text holds no NUL character
         self._octets = "octet_length(content)" if self._nul else "length(CAST(content AS BLOB))"
@@ -737,16 +738,25 @@ class Storage:
         """The answer given for a claimed key, within ``limit`` bytes of the caller's kept keys (each
         key's body, key and request, plus ``IDEMPOTENCY_ROW_BYTES``): past it, the oldest answers lose
         their bodies (``headers`` becomes ``DROPPED``: the key still says its request applied), then the
-        oldest answered keys go. An answer over the limit on its own is kept without its body."""
+        oldest answered keys go. An answer over the limit on its own is kept without its body.
+
+        The caller's keys are counted in full (a scan of its rows) only once an eighth of ``limit`` was
+        kept since the last count, so a write costs O(1) amortised and the bytes kept stay under
+        ``limit`` plus that eighth (and the request fingerprints of the keys saved in between)."""
         caller = self._caller(tenant)
+        own = len(body) + len(key) + IDEMPOTENCY_ROW_BYTES
+        since = self._unchecked.get(caller)
+        due = since is None or since + own > limit // 8
+        self._unchecked[caller] = 0 if due or since is None else since + own  # before any await: saves add up
 
         def run(db: Db) -> None:
-            own = len(body) + len(key) + IDEMPOTENCY_ROW_BYTES
             kept = (status, headers, body) if own <= limit else (status, DROPPED, b"")
             db.execute(
                 "UPDATE idempotency SET status = ?, headers = ?, body = ? WHERE tenant = ? AND key = ?",
                 (*kept, caller, key),
             )
+            if not due:
+                return
             total = int(
                 db.execute(
                     "SELECT COALESCE(SUM(length(body) + length(key) + length(request)), 0) + COUNT(*) * ?"
@@ -777,7 +787,11 @@ class Storage:
             db.executemany(drop, dropped)
             db.executemany("DELETE FROM idempotency WHERE tenant = ? AND key = ?", gone)
 
-        await self._change(tenant, run)
+        try:
+            await self._change(tenant, run)
+        except BaseException:
+            self._unchecked.pop(caller, None)  # the next save counts in full
+            raise
 
     async def release_idempotency_key(self, tenant: str, key: str) -> None:
         """Forget a claimed key whose request applied nothing (a 5xx), so that a retry runs."""
