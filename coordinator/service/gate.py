@@ -50,7 +50,7 @@ class Gate:
         self.metrics = metrics
         self.service = service
         self.draining = False
-        self._tenants: dict[asyncio.Task[Any], str] = {}
+        self._tenants: dict[asyncio.Task[Any], tuple[str, dict[str, Any]]] = {}  # task -> tenant, its facts
         self._per_tenant: dict[str, int] = {}
         self.answered = 0
         self._numbers = itertools.count(1)
@@ -250,10 +250,13 @@ class Gate:
         return None
 
     def cut_tenants(self, tenants: frozenset[str]) -> None:
-        """End the requests in flight of tenants whose token stopped working (401 if not yet answered)."""
-        for task, tenant in list(self._tenants.items()):
+        """End the requests in flight of tenants whose token stopped working: 401 if not yet answered, a
+        stream already begun ends with its API's authentication error (the request's ``cut`` fact says
+        why: ``http.HeldStream``)."""
+        for task, (tenant, facts) in list(self._tenants.items()):
             if tenant in tenants and task not in self._cut:
                 self._cut[task] = _REVOKED
+                facts["cut"] = "revoked"
                 task.cancel()
 
     async def _track(
@@ -280,7 +283,7 @@ class Gate:
 
         self._active[task] = started
         if tenant is not None:
-            self._tenants[task] = tenant
+            self._tenants[task] = (tenant, facts)
         self._idle.clear()
         begun = time.perf_counter()
         try:

@@ -4,22 +4,26 @@ Errors are ``{"error": "one line"}`` (the reference's scripts API shape) with a 
 raises :class:`RouteError` and the app turns it into that response, so no handler builds one by hand.
 A body is read under ``max_body_bytes`` and parsed by its schema's validator (coordinator/service/
 schemas.py) in one pass; what fails is described in one line naming the field, with a "did you mean"
-for a mistyped key.
+for a mistyped key. A stream is a :class:`HeldStream`, which ends with its API's error event when the
+service cuts it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import difflib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
-from starlette.types import Receive
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from coordinator.service.auth import ADMIN
 from coordinator.service.errors import RouteError
@@ -27,6 +31,8 @@ from coordinator.service.names import shown
 from coordinator.service.state import Service
 
 __all__ = [
+    "Cut",
+    "HeldStream",
     "JSONReply",
     "RouteError",
     "note_script",
@@ -58,6 +64,44 @@ class JSONReply(Response):
 def reply(body: Any, status: int = 200) -> Response:
     """A JSON response (non-ASCII kept as is, compact)."""
     return JSONReply(_ENCODE(body).encode(), status)
+
+
+Cut = Literal["revoked", "shutting_down"]
+"""Why the service cut a stream: its tenant's token stopped working, or a drain's grace ran out."""
+
+
+class HeldStream(StreamingResponse):
+    """Server-Sent Events that hold ``held`` (the tenant's stream slot, and the runtime's stream) from
+    before their first byte to their end, however they end: a reader that goes away cancels the script.
+
+    A stream the service cuts ends with ``cut(why)``, its API's error event, not a silent close: the
+    gate (coordinator/service/gate.py) cancels the request's task and, for a revoked tenant, says so in
+    the request's ``state`` (``cut``); any other cut is a drain's."""
+
+    def __init__(
+        self,
+        events: AsyncIterator[bytes] | AsyncIterator[str],
+        held: AbstractAsyncContextManager[Any],
+        cut: Callable[[Cut], bytes | str],
+    ) -> None:
+        super().__init__(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._held, self._cut = held, cut
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with self._held:
+                await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            why: Cut = "revoked" if scope.get("state", {}).get("cut") == "revoked" else "shutting_down"
+            event = self._cut(why)
+            body = event.encode() if isinstance(event, str) else event
+            with contextlib.suppress(Exception):  # the connection may be gone as well
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+            raise
 
 
 def service_of(request: Request) -> Service:

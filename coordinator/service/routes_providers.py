@@ -2,9 +2,10 @@
 
 ``POST /api/providers/{name}/inference`` answers what ``rhaipool infer --json`` prints; ``/stream`` sends
 the same chunks as Server-Sent Events (``data: {...}`` per chunk, ``event: error`` for a failed item,
-``event: done`` at the end), holding one of the tenant's ``max_streams`` while it is open;
-``/count_tokens`` and ``GET /models`` answer the other two entry points. Failures are
-``{"error": {"class", "message", "transient"}}`` with the status :data:`STATUS` gives.
+``event: done`` at the end; a stream the service cuts ends with an ``event: error``), holding one of
+the tenant's ``max_streams`` while it is open; ``/count_tokens`` and ``GET /models`` answer the other
+two entry points. Failures are ``{"error": {"class", "message", "transient"}}`` with the status
+:data:`STATUS` gives.
 
 ``PUT|GET|DELETE /api/providers/{name}/config`` keep the tenant's own provider table (its secrets are
 never shown back); those answer ``{"error": "one line"}`` like the other routes.
@@ -15,13 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from coordinator.providers import (
     InvalidProviderRequest,
@@ -33,6 +32,8 @@ from coordinator.providers import (
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.service.http import (
+    Cut,
+    HeldStream,
     RouteError,
     note_script,
     parse_body,
@@ -130,21 +131,23 @@ async def _events(
     yield "event: done\ndata: {}\n\n"
 
 
-class _HeldStream(StreamingResponse):
-    """A stream that holds ``slot`` (one of the tenant's ``max_streams``) from before its first byte
-    to its end, however it ends: a refusal is still an ordinary error reply."""
+_CUTS: Final[dict[Cut, dict[str, Any]]] = {
+    "revoked": {
+        "class": "Other",
+        "message": "unauthorized: the tenant's token was revoked",
+        "transient": False,
+    },
+    "shutting_down": {
+        "class": "Other",
+        "message": "the service is shutting down; retry on another instance",
+        "transient": True,
+    },
+}
 
-    def __init__(self, events: AsyncIterator[str], slot: AbstractAsyncContextManager[None]) -> None:
-        super().__init__(
-            events,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-        self._slot = slot
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with self._slot:
-            await super().__call__(scope, receive, send)
+def _cut(why: Cut) -> str:
+    """The error event a stream the service cuts ends with."""
+    return _event(_CUTS[why], "error")
 
 
 async def stream(request: Request) -> Response:
@@ -152,7 +155,7 @@ async def stream(request: Request) -> Response:
     tenant, name, runtime = _target(request)
     body: InferenceRequest = await _body(request, InferenceRequest)
     await _provider(request, runtime, name, tenant)
-    return _HeldStream(_events(runtime, name, body, tenant), service_of(request).stream_slot(tenant))
+    return HeldStream(_events(runtime, name, body, tenant), service_of(request).stream_slot(tenant), _cut)
 
 
 async def count_tokens(request: Request) -> Response:

@@ -24,9 +24,8 @@ from coordinator.providers.response import Response as ContractResponse
 from coordinator.providers.response import StreamChunk, TokenUsage
 from coordinator.service.errors import RouteError
 from coordinator.service.front.common import (
+    CUTS,
     ENCODE,
-    SHUTTING_DOWN,
-    HeldStream,
     Refusal,
     failure,
     invalid,
@@ -36,7 +35,7 @@ from coordinator.service.front.common import (
     split_model,
 )
 from coordinator.service.front.schemas import MessagesBody, check_extra
-from coordinator.service.http import parse_body, require_tenant
+from coordinator.service.http import Cut, HeldStream, parse_body, require_tenant
 
 __all__ = ["ROUTES_ANTHROPIC", "error_body", "message", "messages_request"]
 
@@ -332,7 +331,9 @@ async def _events(first: StreamChunk, items: AsyncIterator[Any], model: str) -> 
 
 # -- routes --------------------------------------------------------------------------------------
 
-_CUT: Final = _event("error", {"error": error_body(SHUTTING_DOWN)["error"]})
+
+def _cut(why: Cut) -> bytes:
+    return _event("error", {"error": error_body(CUTS[why])["error"]})
 
 
 def _refusal(exc: Exception) -> Response:
@@ -349,7 +350,7 @@ async def messages(request: Request) -> Response:
         target = await lookup(request, tenant, name)
         if body.get("stream"):
             first, items, stack = await open_stream(request, target, contract)
-            return HeldStream(_events(first, items, body["model"]), stack, _CUT)
+            return HeldStream(_events(first, items, body["model"]), stack, _cut)
         answer = await target.runtime.inference_for(target.provider, contract, tenant=tenant)
     except (RouteError, ProviderError, InvalidProviderRequest) as exc:
         return _refusal(exc)

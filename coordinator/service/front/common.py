@@ -1,5 +1,5 @@
 """What the OpenAI and Anthropic fronts share: the model name, the provider lookup, failures by
-status, the held event stream and the models cache.
+status and the models cache.
 
     /v1 body ──▶ openai.py | anthropic.py (translate) ──▶ provider contract request
     (docs/scripts/providers.md#inferencestate-request)
@@ -15,7 +15,6 @@ the error's ``transient`` knows better).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -27,8 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
 
 from coordinator.providers import (
     InvalidProviderRequest,
@@ -42,14 +40,15 @@ from coordinator.providers.models import ModelInfo
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.service.errors import RouteError
-from coordinator.service.http import note_script, service_of
+from coordinator.service.http import Cut, note_script, service_of
 from coordinator.service.names import check_name
 from coordinator.service.state import Service
 
 __all__ = [
+    "CUTS",
     "ENCODE",
+    "REVOKED",
     "SHUTTING_DOWN",
-    "HeldStream",
     "ModelsCache",
     "Refusal",
     "Target",
@@ -250,33 +249,16 @@ async def open_stream(
     return first, items, stack
 
 
-class HeldStream(StreamingResponse):
-    """Server-Sent Events that hold ``stack`` (the stream slot and the runtime's stream) to their end,
-    however they end: a reader that goes away cancels the script. A stream the service cuts (the end
-    of a drain's grace) ends with ``cut``, the API's error event, not a silent close."""
-
-    def __init__(self, events: AsyncIterator[bytes], stack: AsyncExitStack, cut: bytes) -> None:
-        super().__init__(
-            events,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-        self._stack, self._cut = stack, cut
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            async with self._stack:
-                await super().__call__(scope, receive, send)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):  # the connection may be gone as well
-                await send({"type": "http.response.body", "body": self._cut, "more_body": False})
-            raise
-
-
 SHUTTING_DOWN: Final = Refusal(
     503, "overloaded", "the service is shutting down; retry on another instance", retry=True, retry_after=1
 )
 """What a stream cut at the end of a drain's grace ends with."""
+
+REVOKED: Final = Refusal(401, "authentication", "unauthorized: the tenant's token was revoked", retry=False)
+"""What a stream ends with when its tenant's token is revoked while it runs."""
+
+CUTS: Final[dict[Cut, Refusal]] = {"revoked": REVOKED, "shutting_down": SHUTTING_DOWN}
+"""The refusal a cut stream ends with (``HeldStream``), by why it was cut."""
 
 
 # -- GET /v1/models ----------------------------------------------------------------------------

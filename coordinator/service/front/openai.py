@@ -23,9 +23,8 @@ from coordinator.providers.response import Response as ContractResponse
 from coordinator.providers.response import StreamChunk, TokenUsage
 from coordinator.service.errors import RouteError
 from coordinator.service.front.common import (
+    CUTS,
     ENCODE,
-    SHUTTING_DOWN,
-    HeldStream,
     Refusal,
     failure,
     invalid,
@@ -38,7 +37,7 @@ from coordinator.service.front.common import (
     tool_arguments,
 )
 from coordinator.service.front.schemas import ChatCompletionBody, check_extra, check_json
-from coordinator.service.http import parse_body, require_tenant, service_of
+from coordinator.service.http import Cut, HeldStream, parse_body, require_tenant, service_of
 
 __all__ = ["ROUTES_OPENAI", "chat_request", "completion", "error_body", "v1_model", "v1_models"]
 
@@ -321,7 +320,9 @@ def _call_delta(call: Any, started: dict[int, int]) -> dict[str, Any]:
 
 # -- routes --------------------------------------------------------------------------------------
 
-_CUT: Final = _event(error_body(SHUTTING_DOWN))
+
+def _cut(why: Cut) -> bytes:
+    return _event(error_body(CUTS[why]))
 
 
 async def chat_completions(request: Request) -> Response:
@@ -334,7 +335,7 @@ async def chat_completions(request: Request) -> Response:
         if body.get("stream"):
             first, items, stack = await open_stream(request, target, contract)
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return HeldStream(_chunks(first, items, body["model"], usage), stack, _CUT)
+            return HeldStream(_chunks(first, items, body["model"], usage), stack, _cut)
         answer = await target.runtime.inference_for(target.provider, contract, tenant=tenant)
     except (RouteError, ProviderError, InvalidProviderRequest) as exc:
         return _refusal(exc)
