@@ -134,12 +134,11 @@ class WorkerLoop:
     def _serve(self) -> int:
         while True:
             self._tick()
-            # last before poll: it ends in a receive, which catches an edge our sends ate
             self._drain_socket()
             if self._stopping and not self._channels:  # script threads sent their RESULTs before leaving
                 self._send(Goodbye("shutdown"))
                 return 0
-            self._poll(None)
+            self._poll(None)  # receives before it polls: catches an arrival whose edge our sends ate
 
     def _serve_until(self, inbox: queue.SimpleQueue[object], timeout: float | None) -> object:
         """The inline call's wait: serve the socket (heartbeats included) until ``inbox`` has a message.

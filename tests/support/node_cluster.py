@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -68,7 +69,10 @@ class NodeProcess:
         command += ["--secret-key", str(secret or keys.node_secrets[name]), "--server-key"]
         command += [str(keys.coordinator_public), "--workers", str(workers), "--name", name]
         command += ["--group", group] if group else []
-        self.process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True)
+        # Its log goes to a file: a pipe read only at close() fills up (64 KiB) on a chatty node and
+        # blocks it mid-log, so it stops heartbeating and looks dead.
+        self._log = tempfile.TemporaryFile(mode="w+", prefix=f"rhaipool-node-{name}-")  # noqa: SIM115 - close()
+        self.process = subprocess.Popen(command, cwd=REPO, stderr=self._log, text=True)
 
     def signal(self, sig: int) -> None:
         if self.process.poll() is None:
@@ -84,8 +88,11 @@ class NodeProcess:
         """Kill it (its workers die with it: PDEATHSIG) and return its log."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
-        _out, err = self.process.communicate(timeout=30)
-        return err or ""
+        self.process.wait(timeout=30)
+        self._log.seek(0)
+        log = self._log.read()
+        self._log.close()
+        return log
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:

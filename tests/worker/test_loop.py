@@ -173,6 +173,25 @@ def test_a_sleeping_call_does_not_hold_up_the_worker(bare: Bare) -> None:
     assert time.monotonic() - started < 5.0 and region
 
 
+def test_a_call_arriving_while_another_runs_is_served_at_once(bare: Bare) -> None:
+    """A region CALL that arrives while the loop thread runs another, so before that one's RESULT is
+    sent, is served right after it: the send must not leave it unseen until the next tick (the
+    worker's socket signals arrivals by an edge, which a send can consume)."""
+    bare.call("nap", [0], kind="region")  # cached
+    assert bare.recv(timeout=5.0).value == "rested"
+    gaps = []
+    for _ in range(10):
+        first = bare.call("nap", [0.02], kind="region", source=False)
+        time.sleep(0.005)  # arrives while the first one sleeps
+        second = bare.call("nap", [0], kind="region", source=False)
+        answered = []
+        for _ in range(2):
+            answered.append((bare.recv(timeout=5.0).id, time.monotonic()))
+        assert [a for a, _ in answered] == [first, second], answered
+        gaps.append(answered[1][1] - answered[0][1])
+    assert sorted(gaps)[5] < 0.02, gaps  # the median; a missed arrival waited for the 100 ms tick
+
+
 @pytest.mark.parametrize(("seconds", "cls"), [(0, None), (-1, None), (0.05, None), (30.0, "ScriptTimeout")])
 def test_sleep_is_bounded_by_the_deadline(bare: Bare, seconds: float, cls: str | None) -> None:
     call_id = next(bare.ids)

@@ -9,7 +9,7 @@
 //! FIFO, and whoever holds the lock sends everything queued, then looks again after releasing it.
 //! The socket's FD is edge-triggered: a send may consume the edge announcing input, so a send from
 //! a thread other than the loop thread that leaves input pending writes `wake` (an eventfd) to
-//! wake the loop.
+//! wake the loop; the loop thread's own sends need no check, as `wait` receives before it polls.
 //!
 //! The loop thread waits here (`wait`, the GIL released) and receives here (`drain`): a
 //! `HOST_REPLY` a script thread waits for is handed to it by the worker's `Lane` at once, so a
@@ -121,7 +121,8 @@ type Message = Vec<Vec<u8>>;
 
 impl Wire {
     /// Send `frame` from any thread, in order; a failure is logged (deadlines cover a lost message).
-    /// `loop_thread`: the loop thread receives again before it next waits, so no edge check.
+    /// `loop_thread`: the loop thread receives again before it next waits (`wait` receives first),
+    /// so no edge check.
     pub fn send_frame(&self, frame: Vec<u8>, loop_thread: bool) {
         locked(&self.queue).push_back(frame);
         self.flush(loop_thread);
@@ -333,6 +334,10 @@ impl Wire {
 
     /// (Loop thread) wait up to `timeout` seconds for messages for Python, the GIL released:
     /// the replies `lane` routes are handed on meanwhile. Returns them (empty at the timeout).
+    ///
+    /// It receives before it first polls: a message that arrived after the loop thread's last
+    /// receive, before one of its own sends (a RESULT), had its edge consumed by that send, and
+    /// polling first would leave it unseen until the timeout.
     fn wait<'py>(
         &self,
         py: Python<'py>,
@@ -343,13 +348,13 @@ impl Wire {
         let until = Instant::now() + Duration::from_secs_f64(timeout.clamp(0.0, 1e6));
         let mut out = Vec::new();
         py.detach(|| loop {
-            let left = until.saturating_duration_since(Instant::now());
-            // +1 ms: never spin on a sub-millisecond remainder
-            self.poll(left + Duration::from_millis(1));
             self.drain_into(lane, &mut out);
             if !out.is_empty() || Instant::now() >= until {
                 break;
             }
+            let left = until.saturating_duration_since(Instant::now());
+            // +1 ms: never spin on a sub-millisecond remainder
+            self.poll(left + Duration::from_millis(1));
         });
         to_python(py, out)
     }

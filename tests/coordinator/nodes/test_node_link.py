@@ -56,7 +56,7 @@ async def cluster(
             yield pool, listener, nodes
     finally:  # after the pool: it SHUTDOWNs the nodes' workers through the link, then RESETs the nodes
         for node in nodes.values():
-            node.close()
+            print(f"--- node {node.name}:\n{node.close()[-3000:]}")  # shown when the test fails
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:
