@@ -12,13 +12,16 @@ refused HOST_CALL with ``proto``'s words).  A command only a worker sends is ref
 from __future__ import annotations
 
 import enum
+import hashlib
 import random
 import re
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import msgpack
 import pytest
+from bare_worker import BareWorker
 
 from proto import (
     FROM_COORDINATOR,
@@ -442,3 +445,29 @@ def test_fixed_messages_are_written_as_proto_writes_them() -> None:
 def test_sizes_are_the_wire_s_sizes() -> None:
     items = [1, "x" * 300, {"content": "c", "tokens": 5}, deep(MAX_PLAIN_DEPTH + 10)]
     assert CODEC.sizes(items) == [len(pack(item)) for item in items]
+
+
+def test_a_real_worker_drops_what_its_codec_refuses_and_serves_on() -> None:
+    """A frame ``proto`` refuses, and a command only workers send, are dropped (and logged); the
+    next CALL is served as ever."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peer = BareWorker(tmp, keep_stderr=True)
+        try:
+            assert isinstance(peer.recv(), Ready)
+            for frame in (
+                _raw(Command.CREDIT, {"id": 1, "hid": 0, "n": 0}),
+                encode(Result(1, 2))[0],
+                SIGNATURE + b"\x02\x81\xa5stats\xc1",
+            ):
+                peer.sock.send_multipart([peer.identity, frame])
+            source = "fn f(x) { x + 1 }"
+            sha = hashlib.sha256(source.encode()).hexdigest()
+            peer.send(Call(5, Op.CALL, Kind.REGION, sha, "f", [41], 5.0, "t", "f.rhai", source))
+            reply = peer.recv()
+            assert isinstance(reply, Result) and (reply.id, reply.value) == (5, 42)
+            peer.proc.kill()
+            peer.proc.wait()
+            assert peer.proc.stderr is not None
+            assert peer.proc.stderr.read().decode().count("dropped invalid message") == 3
+        finally:
+            peer.close()
