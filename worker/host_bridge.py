@@ -81,7 +81,7 @@ class CallChannel:
             max_container=MAX_CONTAINER_LEN,
             max_depth=MAX_PLAIN_DEPTH,
             wire=outbox.wire,
-            fallback=self._host_call_fallback,
+            fallback=self._send_host_call,
             fail=_fail,
             wait=None if serve is None else self._reply,
         )
@@ -143,9 +143,10 @@ class CallChannel:
         while self._pump(until):
             pass
 
-    def _host_call_fallback(self, hid: int, name: str, args: list[Any]) -> None:
-        """(``rhai.HostLine``) send host call ``hid``'s HOST_CALL from the arguments' Python form
-        (a value the lane's writer flattens or refuses); a value without wire form is thrown."""
+    def _send_host_call(self, hid: int, name: str, args: list[Any]) -> None:
+        """Send host call ``hid``'s HOST_CALL from the arguments' Python form (a stream's, and, as
+        ``rhai.HostLine``'s fallback, those its writer flattens or refuses); a value without wire
+        form is thrown into the script."""
         try:
             frame = CODEC.host_call(self.id, hid, name, args)
         except (ValueError, OverflowError) as exc:
@@ -163,7 +164,7 @@ class CallChannel:
         hid = self.line.next_hid()
         pending = self._chunks[hid] = deque()
         try:
-            self._host_call_fallback(hid, name, args)
+            self._send_host_call(hid, name, args)
             while True:
                 if pending:
                     callback(pending.popleft())
