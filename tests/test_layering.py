@@ -160,3 +160,49 @@ def test_zmq_errors_are_caught_in_three_places_only() -> None:
         for path in sources(ROOT / package):
             if path not in allowed:
                 assert "except zmq." not in path.read_text(), path
+
+
+#: What the worker may take from ``proto``: the definition of the wire (signature, command bytes,
+#: caps, vocabulary, the brokered-function table, the error root), never its codec.  The worker's
+#: one codec is the binding's (``worker/wire.py``, ``rhai.Codec`` and ``rhai.Lane``).
+PROTO_DEFINITIONS = frozenset(
+    {
+        "BROKERED_FUNCTIONS", "MAX_BODY_BYTES", "MAX_CONTAINER_LEN", "MAX_ID", "MAX_PLAIN_DEPTH",
+        "MAX_RESIDENT_KEY", "PROTOCOL_VERSION", "SIGNATURE", "Command", "ErrorClass", "Kind", "Limit",
+        "Op", "RhaipoolError", "rhai_type_name",
+    }
+)  # fmt: skip
+
+
+def proto_codec_uses(path: Path) -> list[str]:
+    """What ``path`` takes from ``proto`` beyond its definitions, and any Python msgpack codec it imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] in {"proto", "msgpack"}]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            top = node.module.split(".")[0]
+            if top == "msgpack":
+                found.append(node.module)
+            elif top == "proto":
+                found += [f"{node.module}.{a.name}" for a in node.names if a.name not in PROTO_DEFINITIONS]
+    return found
+
+
+def test_the_worker_has_one_codec_and_it_is_native() -> None:
+    """No worker module reads or writes a frame with ``proto`` (``decode``, ``encode``, ``pack``,
+    ``unpack``, its message classes) or msgpack: every frame is read and written by the binding."""
+    assert [
+        f"{p.relative_to(ROOT)}: {use}" for p in sources(ROOT / "worker") for use in proto_codec_uses(p)
+    ] == []
+
+
+def test_the_codec_check_sees_what_it_refuses(tmp_path: Path) -> None:
+    module = tmp_path / "sneaky.py"
+    module.write_text(
+        "import msgpack\nfrom proto import SIGNATURE, encode\nfrom proto.calls import Result\n"
+        "def f():\n    import proto.values\n    from proto.frames import decode\n"
+    )
+    assert proto_codec_uses(module) == [
+        "msgpack", "proto.encode", "proto.calls.Result", "proto.values", "proto.frames.decode",
+    ]  # fmt: skip

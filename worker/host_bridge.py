@@ -7,10 +7,11 @@ reads its inbox and keeps its state, so no locks are needed.  ``http_get``,
 one per call, bound to the thread while its script runs): the script thread writes
 its HOST_CALL frame from Rhai values and sends it without the GIL, then waits with
 the GIL released; the loop thread's native receive path (``rhai.Wire`` with the
-lane, ``worker.lane``) reads the HOST_REPLY straight into the waiting thread's slot,
+lane, ``worker.wire``) reads the HOST_REPLY straight into the waiting thread's slot,
 so a reply wakes only the thread waiting for it and no Python runs on its way.
-What the native codec leaves to Python (a value the wire flattens or refuses, a
-reply it does not read plainly) goes through ``proto`` here.
+What the lane does not read or write from Rhai values (a value the wire flattens or
+refuses, a reply it does not read plainly) goes through the worker's codec
+(``worker.wire.CODEC``) here, native too.
 The one call the loop thread runs itself (``worker.loop``) waits through
 ``serve``, the loop's own receive loop, so its replies arrive without any thread
 hand-off.  Outgoing messages go through the ``Outbox``, straight onto the worker's
@@ -33,27 +34,15 @@ from typing import Any, Final
 
 import rhai
 
-from proto import (
-    MAX_BODY_BYTES,
-    MAX_CONTAINER_LEN,
-    Chunk,
-    Command,
-    Credit,
-    HostCall,
-    HostChunk,
-    HostReply,
-    Kind,
-    ProtocolError,
-    WireMessage,
-    encode,
-)
-from proto.frames import SIGNATURE
+from proto import MAX_BODY_BYTES, MAX_CONTAINER_LEN, SIGNATURE, Command, Kind
 from proto.values import MAX_PLAIN_DEPTH
 from worker.engine import NATIVE, CallAborted, DeadlineReached
+from worker.wire import CODEC
 
 __all__ = ["HOST_FUNCTIONS", "WAITS", "CallChannel", "ChannelBinding", "Outbox"]
 
 _HOST_CALL_HEADER: Final = SIGNATURE + bytes((Command.HOST_CALL,))
+_HOST_REPLY, _HOST_CHUNK, _CREDIT = int(Command.HOST_REPLY), int(Command.HOST_CHUNK), int(Command.CREDIT)
 
 _CANCEL: Final = object()
 _current = threading.local()
@@ -65,9 +54,9 @@ class Outbox:
     def __init__(self, wire: rhai.Wire) -> None:
         self.wire = wire
 
-    def put(self, message: WireMessage) -> None:
-        """Encode and send ``message``; raises ``ProtocolError`` (nothing sent) if it has no wire form."""
-        self.wire.send(encode(message))
+    def send(self, frame: bytes) -> None:
+        """Send one frame (``worker.wire.CODEC`` wrote it)."""
+        self.wire.send([frame])
 
 
 class CallChannel:
@@ -92,18 +81,20 @@ class CallChannel:
             max_container=MAX_CONTAINER_LEN,
             max_depth=MAX_PLAIN_DEPTH,
             wire=outbox.wire,
-            fallback=self._host_call_fallback,
+            fallback=self._send_host_call,
             fail=_fail,
             wait=None if serve is None else self._reply,
         )
         """The binding's side of ``http_get``, ``http_post`` and ``env_var`` (module docstring)."""
         self._credits, self._seq = window, 0
-        self._replies: dict[int, HostReply] = {}
+        self._replies: dict[int, tuple[bool, Any]] = {}
         self._chunks: dict[int, deque[Any]] = {}
 
     # -- loop thread ---------------------------------------------------------
-    def feed(self, message: object) -> None:
-        if type(message) is HostReply and self.line.deliver(message.hid, message.ok, message.value):
+    def feed(self, message: tuple[Any, ...]) -> None:
+        """A HOST_REPLY ``(command, id, hid, ok, value)``, HOST_CHUNK ``(command, id, hid, seq, value)``
+        or CREDIT ``(command, id, hid, n)`` for this call, as ``CODEC.read`` read it."""
+        if message[0] == _HOST_REPLY and self.line.deliver(message[2], message[3], message[4]):
             return  # the reply a native wait is for (one the lane did not read plainly)
         self._inbox.put(message)
 
@@ -133,12 +124,14 @@ class CallChannel:
             raise DeadlineReached("the call's deadline passed while it waited for the coordinator") from None
         if message is _CANCEL:
             raise CallAborted("call cancelled")
-        if isinstance(message, HostReply) and 0 < message.hid <= self.line.host_calls:
-            self._replies[message.hid] = message
-        elif isinstance(message, HostChunk) and message.hid in self._chunks:
-            self._chunks[message.hid].append(message.value)
-        elif isinstance(message, Credit) and message.hid == 0:
-            self._credits += message.n
+        assert isinstance(message, tuple)
+        command, hid = message[0], message[2]
+        if command == _HOST_REPLY and 0 < hid <= self.line.host_calls:
+            self._replies[hid] = (message[3], message[4])
+        elif command == _HOST_CHUNK and hid in self._chunks:
+            self._chunks[hid].append(message[4])
+        elif command == _CREDIT and hid == 0:
+            self._credits += message[3]
         return True
 
     def sleep(self, seconds: float) -> None:
@@ -150,54 +143,50 @@ class CallChannel:
         while self._pump(until):
             pass
 
-    def _send(self, message: WireMessage) -> None:
+    def _send_host_call(self, hid: int, name: str, args: list[Any]) -> None:
+        """Send host call ``hid``'s HOST_CALL from the arguments' Python form (a stream's, and, as
+        ``rhai.HostLine``'s fallback, those its writer flattens or refuses); a value without wire
+        form is thrown into the script."""
         try:
-            self._outbox.put(message)
-        except ProtocolError as exc:
+            frame = CODEC.host_call(self.id, hid, name, args)
+        except (ValueError, OverflowError) as exc:
             raise rhai.Throw(f"value cannot leave the sandbox: {exc}") from None
-
-    def _host_call_fallback(self, hid: int, name: str, args: list[Any]) -> None:
-        """(``rhai.HostLine``) send the HOST_CALL of arguments the native codec leaves to ``proto``."""
-        self._send(HostCall(self.id, hid, name, args))
+        self._outbox.send(frame)
 
     def _reply(self, hid: int) -> tuple[bool, Any]:
         """(``rhai.HostLine``, the loop thread's own call) serve until host call ``hid``'s reply."""
         while hid not in self._replies:
             self._pump()
-        reply = self._replies.pop(hid)
-        return reply.ok, reply.value
+        return self._replies.pop(hid)
 
     def host_stream(self, name: str, args: list[Any], callback: Callable[[Any], Any]) -> None:
         """Like ``host_call``, but deliver each HOST_CHUNK to ``callback`` (and CREDIT it) first."""
         hid = self.line.next_hid()
         pending = self._chunks[hid] = deque()
         try:
-            self._send(HostCall(self.id, hid, name, args))
+            self._send_host_call(hid, name, args)
             while True:
                 if pending:
                     callback(pending.popleft())
-                    self._send(Credit(self.id, hid, 1))
+                    self._outbox.send(CODEC.credit(self.id, hid, 1))
                 elif hid in self._replies:
                     break
                 else:
                     self._pump()
         finally:
             del self._chunks[hid]
-        reply = self._replies.pop(hid)
-        if not reply.ok:
-            raise rhai.Throw(reply.value)
+        ok, value = self._replies.pop(hid)
+        if not ok:
+            raise rhai.Throw(value)
 
     def emit(self, value: Any) -> None:
         """The ``on_chunk`` callable of ``op=stream`` calls: one CHUNK, waiting for credit first."""
         while self._credits <= 0:
             self._pump()
         self._credits -= 1
-        try:
-            self._outbox.put(Chunk(self.id, self._seq, value))
-        # docs/scripts/providers.md#streamstate-request-on_chunk: an error item in the stream, and the script
-        # goes on
-        except ProtocolError as exc:
-            self._outbox.put(Chunk(self.id, self._seq, None, f"chunk has no wire form: {exc}"))
+        # A value without wire form becomes an error item in the stream, and the script goes on
+        # (docs/scripts/providers.md#streamstate-request-on_chunk): ``CODEC.chunk`` writes that item.
+        self._outbox.send(CODEC.chunk(self.id, self._seq, value))
         self._seq += 1
 
 

@@ -11,8 +11,10 @@ are not thread-safe).  The socket is pyzmq's, driven by the binding (``rhai.Wire
 rhai-python/src/wire/socket.rs): the loop waits in ``poll()`` on the socket's FD
 with the GIL released, never inside zmq, so a script thread's HOST_CALL or RESULT
 leaves without waking it, and a HOST_REPLY a script thread waits for is handed to
-it there (``worker.lane``, ``rhai.HostLine``) without the loop thread running any
-Python.  Region calls are CPU-bound and run inline, so a trivial call costs no thread
+it there (``rhai.Lane``, ``rhai.HostLine``) without the loop thread running any
+Python.  Every frame is read and written natively (``worker.wire``): a plain region
+call by ``rhai.Lane`` from CALL to RESULT, every other message by ``rhai.Codec``.
+Region calls are CPU-bound and run inline, so a trivial call costs no thread
 hand-off.  Provider calls wait on the coordinator (host calls, stream credit), so
 one worker multiplexes many: the loop thread runs one itself and, while it waits,
 keeps serving the socket (leader/follower without the hand-over: its replies need
@@ -39,42 +41,35 @@ import rhai
 import zmq
 import zmq.backend.cython._zmq as zmq_extension
 
-from proto import (
-    MAX_BODY_BYTES,
-    PROTOCOL_VERSION,
-    Call,
-    Cancel,
-    Credit,
-    Error,
-    ErrorClass,
-    Goodbye,
-    Heartbeat,
-    HostChunk,
-    HostReply,
-    Kind,
-    Op,
-    ProtocolError,
-    Ready,
-    Result,
-    Shutdown,
-    WireMessage,
-    decode,
-    encode,
-)
+from proto import MAX_BODY_BYTES, PROTOCOL_VERSION, Command, ErrorClass, Kind, Op
 from worker.cache import ScriptCache
-from worker.engine import Compiled, Engines, Outcome, ScriptFailure
+from worker.engine import Compiled, Engines, Outcome, ScriptFailure, translate
 from worker.host_bridge import HOST_FUNCTIONS, WAITS, CallChannel, ChannelBinding, Outbox
-from worker.lane import lane_frames, new_lane
-from worker.messages import failure_message, outcome_frames, peak_rss
-from worker.resident import ResidentStore
+from worker.resident import ResidentStore, resident_missing
+from worker.wire import CODEC, Request, error_frame, failure_frame, new_lane, outcome_frame
 
-__all__ = ["THREAD_STACK_BYTES", "WorkerLoop"]
+__all__ = ["THREAD_STACK_BYTES", "WorkerLoop", "ended_frame"]
 
 THREAD_STACK_BYTES: Final = 2 * 1024 * 1024
 """Scripts run on a stack of their own (rhai-python, sized from the budget), so a script thread's own
 stack only holds the Python around the call; every concurrent call's stacks count against RLIMIT_AS."""
 
 _PARENT_CHECK: Final = 0.1
+_CALL, _CANCEL, _SHUTDOWN = int(Command.CALL), int(Command.CANCEL), int(Command.SHUTDOWN)
+_FOR_CHANNEL: Final = frozenset({int(Command.HOST_REPLY), int(Command.HOST_CHUNK), int(Command.CREDIT)})
+
+
+def ended_frame(ended: bytes | tuple[Any, ...]) -> bytes:
+    """The frame ending a call the lane ran: its RESULT or ERROR as the lane wrote it, or the ERROR for
+    its failure (``(id, exception)``) or for a resident base not held (``(id, "missing", base)``)."""
+    if type(ended) is bytes:
+        return ended
+    if len(ended) == 3:
+        call_id, _, base = ended
+        return failure_frame(call_id, resident_missing(base))
+    call_id, exc = ended
+    assert isinstance(exc, BaseException)
+    return failure_frame(call_id, translate(exc))
 
 
 class WorkerLoop:
@@ -93,12 +88,12 @@ class WorkerLoop:
         resident: ResidentStore | None = None,
     ) -> None:
         self._endpoint, self._identity, self._parent_alive = endpoint, identity, parent_alive
-        self._ready = Ready(os.getpid(), [PROTOCOL_VERSION], capacity, sandbox, probe)
+        self._ready = (os.getpid(), [PROTOCOL_VERSION], capacity, sandbox, probe)
         self._heartbeat = heartbeat
         self._cache = ScriptCache()
         self._resident = ResidentStore() if resident is None else resident
         self._lane = new_lane(self._resident.lists)
-        """Plain region calls of cached scripts, frame to frame in native code (``worker/lane.py``)."""
+        """Plain region calls of cached scripts, frame to frame in native code (``worker/wire.py``)."""
         self._channels: dict[int, CallChannel] = {}
         self._pending: deque[list[bytes]] = deque()
         """Messages received for Python, in order (the wire hands them over in batches)."""
@@ -124,7 +119,7 @@ class WorkerLoop:
         self._outbox = Outbox(self._wire)
         try:
             self._engines = Engines(HOST_FUNCTIONS, WAITS)
-            self._send(self._ready)
+            self._send(CODEC.ready(*self._ready))
             return self._serve()
         finally:
             self._wire.close()  # sends what is queued, waiting for a thread that is sending
@@ -136,7 +131,7 @@ class WorkerLoop:
             self._tick()
             self._drain_socket()
             if self._stopping and not self._channels:  # script threads sent their RESULTs before leaving
-                self._send(Goodbye("shutdown"))
+                self._send(CODEC.goodbye("shutdown"))
                 return 0
             self._poll(None)  # receives before it polls: catches an arrival whose edge our sends ate
 
@@ -167,9 +162,8 @@ class WorkerLoop:
                 os._exit(0)
         if now >= self._next_beat:
             self._next_beat = now + self._heartbeat
-            self._send(
-                Heartbeat({"calls": self._calls, "inflight": len(self._channels), "cached": len(self._cache)})
-            )
+            stats = {"calls": self._calls, "inflight": len(self._channels), "cached": len(self._cache)}
+            self._send(CODEC.heartbeat(stats))
 
     def _poll(self, deadline: float | None) -> None:
         """Wait for input for Python, the next tick or ``deadline`` (host replies for script
@@ -179,11 +173,8 @@ class WorkerLoop:
             until = min(until, deadline)
         self._pending.extend(self._wire.wait(self._lane, max(0.0, until - time.monotonic())))
 
-    def _send_frames(self, frames: list[bytes]) -> None:
-        self._wire.send(frames, loop_thread=True)
-
-    def _send(self, message: WireMessage) -> None:
-        self._send_frames(encode(message))
+    def _send(self, frame: bytes) -> None:
+        self._wire.send([frame], loop_thread=True)
 
     def _drain_socket(self) -> None:
         """Serve every message received for Python, in order (a call run inline here may serve
@@ -196,46 +187,48 @@ class WorkerLoop:
                 ended = self._lane.run(frames[0])  # the hot path: a plain region call, run natively
                 if ended is not None:
                     self._calls += 1
-                    self._send_frames(lane_frames(ended))
+                    self._send(ended_frame(ended))
                     continue
             try:
-                message = decode(frames)
-            except ProtocolError as exc:
+                message = CODEC.read(frames)
+            except (ValueError, OverflowError) as exc:
                 print(f"rhaipool worker: dropped invalid message: {exc}", file=sys.stderr, flush=True)
                 continue
             self._dispatch(message)
 
-    def _dispatch(self, message: object) -> None:
-        if type(message) is Call:
+    def _dispatch(self, message: tuple[Any, ...]) -> None:
+        """Act on one message ``CODEC.read`` read: ``(command, field, ...)``."""
+        command = message[0]
+        if command == _CALL:
             self._calls += 1
-            self._on_call(message)
-        elif isinstance(message, (HostReply, HostChunk, Credit)):
-            channel = self._channels.get(message.id)
+            self._on_call(Request._make(message[1:]))
+        elif command in _FOR_CHANNEL:
+            channel = self._channels.get(message[1])
             if channel is not None:
                 channel.feed(message)
-        elif isinstance(message, Cancel):
-            channel = self._channels.get(message.id)
+        elif command == _CANCEL:
+            channel = self._channels.get(message[1])
             if channel is not None:
                 channel.cancel()
-        elif isinstance(message, Shutdown):
+        elif command == _SHUTDOWN:
             self._stopping = True
             for channel in list(self._channels.values()):
                 channel.cancel()
         # HEARTBEAT from the coordinator needs no action: receiving anything is liveness.
 
-    def _on_call(self, call: Call) -> None:
+    def _on_call(self, call: Request) -> None:
         if self._stopping:
-            self._send(Error(call.id, ErrorClass.CANCELLED, "worker is shutting down", "Cancelled"))
+            self._send(error_frame(call.id, ErrorClass.CANCELLED, "worker is shutting down", "Cancelled"))
             return
         compiled = self._script_for(call)
         if compiled is None:
             return
         if call.op is Op.LOAD:
             self._send(
-                Result(call.id, {"functions": [list(f) for f in compiled.functions]}, peak_rss=peak_rss())
+                CODEC.result(call.id, {"functions": [list(f) for f in compiled.functions]}, 0.0, 0.0, 0, [])
             )
         elif call.kind is Kind.REGION and call.op is Op.CALL:
-            self._send_frames(outcome_frames(call.id, self._execute(call, compiled, None)))
+            self._send(outcome_frame(call.id, self._execute(call, compiled, None)))
         elif self._inline is None:  # the loop thread is free: no thread hand-off on any of its messages
             channel = self._inline = CallChannel(call.id, self._outbox, call.window, self._serve_until)
             self._channels[call.id] = channel
@@ -249,23 +242,23 @@ class WorkerLoop:
             self._lane.open_line(channel.line)  # its replies go to its thread from the lane
             self._threads.submit(self._run_channelled, call, compiled, channel)
 
-    def _script_for(self, call: Call) -> Compiled | None:
+    def _script_for(self, call: Request) -> Compiled | None:
         assert self._engines is not None
         compiled = self._cache.get(call.kind, call.sha)
         if compiled is not None:
             return compiled
         if call.source is None:
             self._send(
-                Error(call.id, ErrorClass.SCRIPT_MISSING, f"script {call.sha[:12]} is not cached here")
+                error_frame(call.id, ErrorClass.SCRIPT_MISSING, f"script {call.sha[:12]} is not cached here")
             )
             return None
         if hashlib.sha256(call.source.encode("utf-8", "surrogatepass")).hexdigest() != call.sha:
-            self._send(Error(call.id, ErrorClass.INTERNAL, "source does not match its sha256"))
+            self._send(error_frame(call.id, ErrorClass.INTERNAL, "source does not match its sha256"))
             return None
         try:
             compiled = self._engines.compile(call.kind, call.source, call.name)
         except ScriptFailure as failure:
-            self._send(failure_message(call.id, failure))
+            self._send(failure_frame(call.id, failure))
             return None
         for sha in self._lane.take_used():  # the lane's calls count as uses in the cache's LRU order
             self._cache.get(Kind.REGION, sha)
@@ -276,7 +269,9 @@ class WorkerLoop:
             self._lane.put(call.sha, compiled.script)
         return compiled
 
-    def _execute(self, call: Call, compiled: Compiled, channel: CallChannel | None) -> Outcome | Error:
+    def _execute(
+        self, call: Request, compiled: Compiled, channel: CallChannel | None
+    ) -> Outcome | ScriptFailure:
         assert self._engines is not None
         args = call.args
         if call.op is Op.STREAM and channel is not None:
@@ -290,15 +285,15 @@ class WorkerLoop:
                 with ChannelBinding(channel):
                     outcome = self._engines.run(compiled, call.fn, args, call.timeout, channel.token)
         except ScriptFailure as failure:
-            return failure_message(call.id, failure)
+            return failure
         return outcome
 
-    def _run_channelled(self, call: Call, compiled: Compiled, channel: CallChannel) -> None:
+    def _run_channelled(self, call: Request, compiled: Compiled, channel: CallChannel) -> None:
         """Run one provider call (inline or on a script thread); every path ends in one RESULT or ERROR."""
         try:
-            self._wire.send(outcome_frames(call.id, self._execute(call, compiled, channel)))
+            self._wire.send([outcome_frame(call.id, self._execute(call, compiled, channel))])
         except BaseException as exc:  # noqa: BLE001 - the call must end in an ERROR, or its caller waits forever
-            self._outbox.put(Error(call.id, ErrorClass.INTERNAL, f"{type(exc).__name__}: {exc}"))
+            self._wire.send([error_frame(call.id, ErrorClass.INTERNAL, f"{type(exc).__name__}: {exc}")])
         finally:
             self._channels.pop(call.id, None)
             self._lane.close_line(call.id)

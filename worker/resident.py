@@ -12,21 +12,21 @@ coordinator resends it whole.
 
 The lists live in rhai-python (``rhai.ResidentLists``), in Rhai form: each item
 is converted once, when it arrives, and a render gets a copy made in Rust.  They
-live there, not here, because the worker's native lane (``worker/lane.py``)
+live there, not here, because the worker's native lane (``worker/wire.py``)
 applies a render's delta straight from its CALL frame: this class is the same
-store's Python face, for the calls the Python path reads.
+store's Python face, for the calls the lane leaves to Python (``worker/wire.py``).
+An item's size is its msgpack size alone, as the wire packs it (``CODEC.sizes``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-import msgpack
 import rhai
 
-from proto.values import pack
 from proto.vocabulary import ErrorClass
 from worker.engine import ScriptFailure, translate
+from worker.wire import CODEC
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_KEYS", "ResidentStore", "resident_missing"]
 
@@ -51,7 +51,6 @@ class ResidentStore:
         self.max_keys, self.max_bytes = max_keys, max_bytes
         self.lists = rhai.ResidentLists(max_keys=max_keys, max_bytes=max_bytes)
         """The lists themselves, shared with the worker's lane."""
-        self._packer = msgpack.Packer()
 
     def __len__(self) -> int:
         return len(self.lists)
@@ -72,7 +71,7 @@ class ResidentStore:
         try:
             entries = self.lists.apply(
                 tenant, resident["key"], resident["version"], base, resident["drop"], resident["entries"],
-                self._sizes,
+                CODEC.sizes,
             )  # fmt: skip
         except (TypeError, ValueError, OverflowError) as exc:  # an item with no Rhai form: as in a call
             raise translate(exc) from exc
@@ -81,9 +80,3 @@ class ResidentStore:
         first = dict(args[0])
         first["entries"] = entries
         return [first, *args[1:]]
-
-    def _sizes(self, items: list[Any]) -> list[int]:
-        try:
-            return list(map(len, map(self._packer.pack, items)))
-        except ValueError:  # nested past msgpack's recursion limit: the wire's flattened size instead
-            return [len(pack(item)) for item in items]

@@ -36,6 +36,7 @@ fn _rhai(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<context::CancelToken>()?;
     m.add_class::<host::Callback>()?;
     m.add_class::<host::FnPtr>()?;
+    m.add_class::<wire::codec::Codec>()?;
     m.add_class::<wire::lane::Lane>()?;
     m.add_class::<wire::host_line::HostLine>()?;
     m.add_class::<wire::socket::Wire>()?;

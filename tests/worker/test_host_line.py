@@ -1,11 +1,12 @@
-"""The binding's brokered host calls (``rhai.HostLine``) against the worker's Python codec.
+"""The binding's brokered host calls (``rhai.HostLine``) against ``proto``, the coordinator's codec.
 
 A provider call on a script thread writes its HOST_CALL frame natively and gets its HOST_REPLY
-from the loop thread's lane (``worker.lane``) straight into its slot.  Every frame it sends must
-be byte for byte what the Python codec (``proto.encode(HostCall(...))``, the arguments as a Python
-host function received them) writes, every value it gets back what the Python codec's reading
-gives, and every way a wait ends (reply, refusal, deadline, cancel) the Python path's.  A value the
-native codec leaves to Python takes the Python codec, on both sides.
+from the loop thread's lane (``worker.wire``) straight into its slot.  Every frame it sends must
+be byte for byte what ``proto.encode(HostCall(...))`` writes (the arguments as a Python host
+function received them), every value it gets back what ``proto``'s reading gives, and every way a
+wait ends (reply, refusal, deadline, cancel) the one a Python host function's wait ended in.  A
+value the lane does not write or read from Rhai values takes the worker's codec
+(``worker.wire.CODEC``, native too), from its Python form.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ import rhai
 import zmq
 import zmq.backend.cython._zmq as zmq_extension
 
-from proto import SIGNATURE, Command, HostCall, HostReply, Kind, ProtocolError, decode, encode
+from proto import SIGNATURE, Command, HostCall, HostReply, Kind, ProtocolError, encode
 from proto.host import BROKERED_FUNCTIONS
 from proto.values import MAX_PLAIN_DEPTH
 from worker.engine import Engines, ScriptFailure, translate
 from worker.host_bridge import HOST_FUNCTIONS, WAITS, CallChannel, ChannelBinding, Outbox
-from worker.lane import new_lane
+from worker.wire import CODEC, new_lane
 
 SOURCE = r"""
 fn post(url, body, headers) { http_post(url, body, headers) }
@@ -63,7 +64,7 @@ def script(engines: Engines) -> Any:
 @pytest.fixture(scope="module")
 def reference() -> Any:
     """The same script on an engine whose brokered functions are Python functions that record the
-    arguments they receive: what the Python codec was given to encode."""
+    arguments they receive: what ``proto.encode`` is given to encode."""
     engine = rhai.Engine(json_functions=True, check_argument_sizes=False)
     for name in ("http_get", "http_post", "env_var"):
 
@@ -81,7 +82,7 @@ RECORDED: list[tuple[str, list[Any]]] = []
 class Peer:
     """One provider call's channel on a script thread, on a real socket (``rhai.Wire`` over a
     DEALER, this test holding the ROUTER); its replies routed as the worker's loop thread routes
-    them: the wire with the lane, else the Python codec and ``feed``."""
+    them: the wire with the lane, else the worker's codec and ``feed``."""
 
     def __init__(self, script: Any) -> None:
         self.context = zmq.Context()
@@ -125,7 +126,7 @@ class Peer:
 
     def reply(self, hid: int, ok: bool, value: Any) -> bool:
         """Send a HOST_REPLY; ``True`` if the wire and lane handed it on, ``False`` if it reached
-        the wait through the Python codec."""
+        the wait through the worker's codec and ``feed``."""
         self.router.send_multipart([b"w", *encode(HostReply(CALL_ID, hid, ok, value))])
         return self.receive()
 
@@ -134,7 +135,7 @@ class Peer:
         if not messages:
             return True
         assert len(messages) == 1
-        self.channel.feed(decode(messages[0]))
+        self.channel.feed(CODEC.read(messages[0]))
         return False
 
     def join(self) -> Any:
@@ -161,7 +162,7 @@ def peer(script: Any) -> Iterator[Peer]:
 
 
 def python_frame(reference: Any, fn: str, args: list[Any], hid: int = 1) -> bytes | str:
-    """What the Python path sent for this call's host call ``hid``: its frame, or the text thrown."""
+    """What ``proto`` writes for this call's host call ``hid``: its frame, or the text thrown."""
     RECORDED.clear()
     reference.call(fn, *args)
     name, sent = RECORDED[hid - 1]
@@ -196,7 +197,7 @@ def test_every_brokered_signature_is_written_as_the_python_codec_writes_it(
     assert peer.join() == "v"
 
 
-def test_a_value_the_wire_flattens_takes_the_python_codec(peer: Peer, reference: Any) -> None:
+def test_a_value_the_wire_flattens_is_written_as_proto_writes_it(peer: Peer, reference: Any) -> None:
     peer.start("deep_headers", [MAX_PLAIN_DEPTH + 50])
     sent = peer.frame()
     assert sent == python_frame(reference, "deep_headers", [MAX_PLAIN_DEPTH + 50])
@@ -205,9 +206,7 @@ def test_a_value_the_wire_flattens_takes_the_python_codec(peer: Peer, reference:
     assert peer.join() == 7
 
 
-def test_a_value_without_wire_form_is_thrown_with_the_python_codec_s_words(
-    peer: Peer, reference: Any
-) -> None:
+def test_a_value_without_wire_form_is_thrown_with_proto_s_words(peer: Peer, reference: Any) -> None:
     peer.start("pointer", [])
     assert peer.join() is None
     assert peer.failure is not None and not peer.router.poll(100)  # nothing sent
@@ -222,11 +221,11 @@ def test_a_value_without_wire_form_is_thrown_with_the_python_codec_s_words(
         {"status": 200, "body": "x" * 100},
     ],
 )
-def test_a_reply_the_lane_does_not_read_plainly_reaches_the_wait_through_the_python_codec(
+def test_a_reply_the_lane_does_not_read_plainly_reaches_the_wait_through_the_codec(
     peer: Peer, value: Any
 ) -> None:
     """A body with a key the Python reader ignores, or a reply deeper than the lane reads: the
-    Python codec reads it and ``feed`` hands it to the native wait."""
+    worker's codec reads it and ``feed`` hands it to the native wait."""
     peer.start("get", ["u"])
     peer.frame()
     body = {"id": CALL_ID, "hid": 1, "ok": True, "value": value, "extra": 1}
@@ -235,7 +234,7 @@ def test_a_reply_the_lane_does_not_read_plainly_reaches_the_wait_through_the_pyt
     assert peer.join() == value
 
 
-def test_a_deep_reply_goes_through_the_python_codec(peer: Peer) -> None:
+def test_a_deep_reply_goes_through_the_codec(peer: Peer) -> None:
     deep: Any = 1
     for _ in range(200):  # past what the lane reads natively, within what the wire reads plainly
         deep = [deep]
@@ -255,7 +254,7 @@ def test_a_refusal_is_thrown_into_the_script(peer: Peer) -> None:
 def test_host_call_ids_count_across_calls_and_replies_for_nobody_are_left_alone(peer: Peer) -> None:
     peer.start("twice", ["u"])
     peer.frame(1)
-    assert not peer.reply(2, True, "early")  # no wait is for host call 2 yet: the Python path's
+    assert not peer.reply(2, True, "early")  # no wait is for host call 2 yet: the codec's
     assert peer.reply(1, True, "a")
     assert msgpack.unpackb(peer.frame(2)[5:])["hid"] == 2
     assert peer.reply(2, True, "b")

@@ -1,10 +1,11 @@
-"""The native lane (``worker/lane.py``, ``rhai.Lane``) against the worker's Python path.
+"""The native lane (``worker/wire.py``, ``rhai.Lane``) against ``proto``, the coordinator's codec.
 
-For every CALL the lane runs, its frames must be byte for byte what the Python path sends: the
-same value encoding (int widths, map order, strings, blobs, floats), the same ERROR for a failure,
-the same refusal for a value without wire form.  For every CALL it must not run, it runs nothing
-(``None``) and leaves the frame to the Python path.  Wall and CPU time and peak RSS are
-measurements: the reference frame is written with the lane's figures.
+For every CALL the lane runs, its frames must be byte for byte what ``proto`` writes for the same
+call run on the same engine: the same value encoding (int widths, map order, strings, blobs,
+floats), the same ERROR for a failure, the same refusal for a value without wire form.  For every
+CALL it must not run, it runs nothing (``None``) and leaves the frame to the worker's codec
+(``tests/worker/test_wire.py``).  Wall and CPU time and peak RSS are measurements: the reference
+frame is written with the lane's figures.
 """
 
 from __future__ import annotations
@@ -19,15 +20,28 @@ import pytest
 import rhai
 from bare_worker import BareWorker
 
-from proto import SIGNATURE, Call, Command, Error, ErrorClass, Kind, Op, Ready, Result, decode, encode
+from proto import (
+    SIGNATURE,
+    Call,
+    Command,
+    Error,
+    ErrorClass,
+    Kind,
+    Op,
+    ProtocolError,
+    Ready,
+    Result,
+    decode,
+    encode,
+)
 from proto.schema import MAX_ID
 from proto.values import pack
 from worker.cache import DEFAULT_MAX_SCRIPTS
-from worker.engine import Engines, ScriptFailure
+from worker.engine import Engines, Outcome, ScriptFailure
 from worker.host_bridge import HOST_FUNCTIONS, WAITS
-from worker.lane import lane_frames, new_lane
-from worker.messages import failure_message, outcome_frames
+from worker.loop import ended_frame
 from worker.resident import ResidentStore
+from worker.wire import new_lane
 
 SOURCE = r"""
 fn echo(x) { x }
@@ -82,22 +96,34 @@ def base_body(fn: str = "echo", args: list[Any] | None = None) -> dict[str, Any]
     return msgpack.unpackb(frame_of(fn, [1] if args is None else args)[5:])
 
 
+def proto_error(call_id: int, failure: ScriptFailure) -> list[bytes]:
+    f = failure
+    return encode(Error(call_id, f.cls, f.message, f.kind, f.line, f.column, f.value, f.limit))
+
+
+def proto_result(call_id: int, outcome: Outcome, figures: Result | None) -> list[bytes]:
+    """``proto``'s RESULT (with the lane's figures, else zeros), or its ERROR ``InvalidValue``."""
+    wall, cpu, peak_rss = (0.0, 0.0, 0) if figures is None else (figures.wall, figures.cpu, figures.peak_rss)
+    try:
+        return encode(Result(call_id, outcome.value, wall, cpu, peak_rss, outcome.ops, outcome.output))
+    except ProtocolError as exc:
+        message = f"the return value cannot leave the sandbox: {exc}"
+        return encode(Error(call_id, ErrorClass.INVALID_VALUE, message))
+
+
 def python_path(
     engines: Engines, script: Any, frame: bytes, figures: Result | None, store: ResidentStore | None = None
 ) -> list[bytes]:
-    """What ``worker.loop`` sends for ``frame`` without the lane (a resident CALL's list from
-    ``store``); with the lane's figures if given."""
+    """What ``proto`` writes for ``frame`` run on the same engine without the lane (a resident
+    CALL's list from ``store``); with the lane's figures if given."""
     call = decode([frame])
     assert type(call) is Call
     try:
         args = call.args if store is None else store.args_for(call.tenant, call.resident, call.args)
         outcome = engines.run(script, call.fn, args, call.timeout, None)
     except ScriptFailure as failure:
-        return encode(failure_message(call.id, failure))
-    if figures is None:
-        return outcome_frames(call.id, outcome)
-    wall, cpu, peak_rss = figures.wall, figures.cpu, figures.peak_rss
-    return encode(Result(call.id, outcome.value, wall, cpu, peak_rss, outcome.ops, outcome.output))
+        return proto_error(call.id, failure)
+    return proto_result(call.id, outcome, figures)
 
 
 INTS = [
@@ -183,7 +209,7 @@ def test_a_failure_ends_in_the_python_paths_error(
     frame = frame_of(fn, args, timeout=timeout)
     ended = lane.run(frame)
     assert type(ended) is tuple and len(ended) == 2 and ended[0] == 9
-    sent = lane_frames(ended)
+    sent = [ended_frame(ended)]
     if fn == "spin":  # the elapsed time is part of a deadline's message: compare the rest
         expected = decode(python_path(engines, script, frame, None))
         got = decode(sent)
@@ -198,22 +224,22 @@ def test_a_failure_ends_in_the_python_paths_error(
 
 
 @pytest.mark.parametrize(("fn", "args"), [("pointer", []), ("deep", [999]), ("stamp", [])])
-def test_a_value_the_wire_refuses_or_flattens_is_left_to_the_python_path(
+def test_a_value_the_wire_refuses_or_flattens_ends_as_proto_writes_it(
     lane: rhai.Lane, engines: Engines, script: Any, fn: str, args: list[Any]
 ) -> None:
+    """Written from its Python form by the worker's codec: flattened, or the ERROR ``InvalidValue``
+    (a function pointer), or the failure of its conversion (a timestamp has no Python form)."""
     frame = frame_of(fn, args, timeout=30.0)
     ended = lane.run(frame)
-    assert type(ended) is tuple
-    sent = lane_frames(ended)
-    reference = python_path(engines, script, frame, None)
-    got, expected = decode(sent), decode(reference)
+    assert ended is not None
+    sent = [ended_frame(ended)]
+    got = decode(sent)
+    reference = python_path(engines, script, frame, got if isinstance(got, Result) else None)
+    expected = decode(reference)
     assert type(got) is type(expected)
-    if isinstance(got, Result):  # flattened: same value, figures are the lane's
-        assert (got.id, got.ops, got.output) == (expected.id, expected.ops, expected.output)
+    if isinstance(got, Result):  # flattened
         assert pack(got.value) == pack(expected.value)  # ``==`` on a value this deep recurses too far
-        assert sent == encode(got)
-    else:
-        assert sent == reference
+    assert sent == reference
 
 
 def _with(**changes: Any) -> bytes:
@@ -390,7 +416,7 @@ def test_resident_renders_leave_as_the_python_path_writes_them(engines: Engines,
         frame = resident_frame(base, version, drop, entries, tenant=tenant)
         ended = lane.run(frame)
         assert ended is not None
-        sent = lane_frames(ended)
+        sent = [ended_frame(ended)]
         reply = decode(sent)
         figures = reply if isinstance(reply, Result) else None
         assert sent == python_path(engines, script, frame, figures, python_store), (base, version)
@@ -492,7 +518,7 @@ def test_mutated_frames_are_run_exactly_as_the_python_path_runs_them_or_left_to_
         if ended is None:
             continue
         ran += 1
-        sent = lane_frames(ended)
+        sent = [ended_frame(ended)]
         call = decode([bytes(frame)])
         assert type(call) is Call, "the lane ran a frame the Python path refuses"
         reply = decode(sent)

@@ -9,6 +9,7 @@ __all__ = [
     "CallResult",
     "Callback",
     "CancelToken",
+    "Codec",
     "Engine",
     "FnPtr",
     "HostLine",
@@ -132,10 +133,11 @@ class Lane:
 
     It runs only a plainly valid CALL (op ``call``, kind ``region``) of a script given to ``put``
     (a ``source`` sent along is ignored), applying a ``resident`` delta to ``resident`` first;
-    anything else is left to the caller's own path. The frame layout comes from the caller:
-    ``call_header``/``result_header`` (signature, version and command bytes), ``max_id``,
-    ``max_body`` (encoded body bytes), ``max_container`` (elements of one array or map),
-    ``max_depth`` (container nesting written plainly), ``max_resident_key`` (characters).
+    anything else is left to the caller's ``Codec``, which also writes a RESULT whose value the
+    lane cannot write from Rhai values (one the wire flattens or refuses). The frame layout comes
+    from the caller: ``call_header``/``result_header`` (signature, version and command bytes),
+    ``max_id``, ``max_body`` (encoded body bytes), ``max_container`` (elements of one array or
+    map), ``max_depth`` (container nesting written plainly), ``max_resident_key`` (characters).
     """
 
     def __new__(
@@ -147,6 +149,7 @@ class Lane:
         max_body: int,
         max_container: int,
         max_depth: int,
+        codec: Codec,
         max_resident_key: int = 128,
         resident: ResidentLists | None = None,
         reply_header: bytes | None = None,
@@ -165,19 +168,82 @@ class Lane:
     def run(self, frame: bytes) -> bytes | tuple[Any, ...] | None:
         """Run the CALL in ``frame`` if the lane can.
 
-        Returns its RESULT frame; ``(id, value, wall, cpu, ops, output)``
-        when the value is for the caller to encode; ``(id, exception)`` when the call failed (the
-        exception ``Script.call`` raises); ``(id, "missing", base)`` when its ``resident`` delta
-        applies to a version of the list not held; ``None`` when nothing ran.
+        Returns its RESULT frame (or the ERROR ``InvalidValue`` when its value has no wire form);
+        ``(id, exception)`` when the call failed (the exception ``Script.call`` raises);
+        ``(id, "missing", base)`` when its ``resident`` delta applies to a version of the list not
+        held; ``None`` when nothing ran.
         """
+
+@final
+class Codec:
+    """A worker's reader of every message it receives and writer of every message it sends.
+
+    The reader checks what rhaipool's ``proto.decode`` checks (signature, command, caps, every
+    field) and the writers write the bytes ``proto.encode`` writes. The frame layout and
+    vocabulary come from the caller: ``signature`` (``RHP`` and the version byte), ``commands``
+    (command name -> byte), ``max_id``, ``max_body``, ``max_container``, ``max_depth`` (nesting
+    written plainly; deeper bodies are flattened), ``max_resident_key``, ``ops`` and ``kinds``
+    (wire string -> the member handed back), ``op_call``/``kind_region`` (the members a resident
+    CALL needs) and ``invalid_value`` (the class of the ERROR a value without wire form ends in).
+    """
+
+    def __new__(
+        cls,
+        *,
+        signature: bytes,
+        commands: dict[str, int],
+        max_id: int,
+        max_body: int,
+        max_container: int,
+        max_depth: int,
+        max_resident_key: int,
+        ops: dict[str, Any],
+        kinds: dict[str, Any],
+        op_call: Any,
+        kind_region: Any,
+        invalid_value: Any,
+    ) -> Codec: ...
+    def read(self, frames: list[bytes]) -> tuple[Any, ...]:
+        """The message in ``frames`` as ``(command byte, field, ...)``, its fields in the order of
+        ``proto``'s message class; raises ``ValueError`` (``OverflowError`` past a cap) for what
+        ``proto.decode`` refuses and for a command only a worker sends."""
+    def ready(self, pid: int, versions: list[int], capacity: int, sandbox: Any, probe: Any) -> bytes:
+        """READY; raises ``ValueError`` or ``OverflowError`` for a value without wire form."""
+    def heartbeat(self, stats: Any) -> bytes:
+        """HEARTBEAT; raises as ``ready``."""
+    def goodbye(self, reason: Any) -> bytes:
+        """GOODBYE; raises as ``ready``."""
+    def credit(self, id: int, hid: int, n: int) -> bytes:
+        """CREDIT."""
+    def host_call(self, id: int, hid: int, name: str, args: Any) -> bytes:
+        """HOST_CALL; raises as ``ready`` (nothing is written)."""
+    def result(self, id: int, value: Any, wall: float, cpu: float, ops: int, output: Any) -> bytes:
+        """RESULT (peak RSS measured here), or the ERROR ``InvalidValue`` if a value has no wire form."""
+    def error(
+        self,
+        id: int,
+        cls: Any,
+        message: Any,
+        kind: Any,
+        line: Any,
+        column: Any,
+        value: Any,
+        limit: Any,
+    ) -> bytes:
+        """ERROR, or the ERROR ``InvalidValue`` if ``value`` has no wire form."""
+    def sizes(self, items: list[Any]) -> list[int]:
+        """Each item's msgpack size as the wire packs it alone."""
+    def chunk(self, id: int, seq: int, value: Any) -> bytes:
+        """CHUNK, or the chunk carrying its error if ``value`` has no wire form."""
 
 @final
 class HostLine:
     """One provider call's brokered host calls (``Engine.register_brokered``), made natively.
 
     A thread bound to it (``bind_line``) writes each HOST_CALL frame itself and sends it on
-    ``wire`` without the GIL; a value the native codec leaves to Python goes through
-    ``fallback(hid, name, args)``. The reply comes through ``Wire.wait``/``Wire.drain`` (with a
+    ``wire`` without the GIL; arguments it does not write from Rhai values (a value the wire
+    flattens or refuses) go to ``fallback(hid, name, args)`` as Python values (the worker writes
+    them with its ``Codec``). The reply comes through ``Wire.wait``/``Wire.drain`` (with a
     ``Lane`` the line is open on) or ``deliver``, waited for with the GIL released;
     ``fail(reason)`` raises what a wait ends in (``"deadline"``, ``"cancel"``). With ``wait``,
     replies come from ``wait(hid)`` (``(ok, value)``) instead.

@@ -6,14 +6,15 @@
 //! Python: the loop thread read the `HOST_REPLY` into Python objects and put it on the call's queue,
 //! and the script thread, woken, took the GIL from the loop thread to turn the value back into
 //! Rhai. Now the script thread writes its `HOST_CALL` frame from Rhai values (`msgpack.rs`, byte for
-//! byte what the Python codec writes), sends it through the worker's socket, and waits on this
+//! byte what `proto` writes), sends it through the worker's socket, and waits on this
 //! line's slot with the GIL released; the loop thread's `Lane` reads the `HOST_REPLY` frame straight
 //! into Rhai values and fills the slot (`Lane::route_reply`), one wake-up of the waiting thread
 //! and no Python object on the way.
 //!
-//! What the native codec does not write or read exactly as the Python codec (a value the wire
-//! flattens or refuses, a reply body it would not read plainly) goes through the Python codec, the
-//! worker's `fallback` and `deliver`, so both ends stay the Python path's. A line with `wait`
+//! What this line does not write or read exactly as `proto` from Rhai values (a value the wire
+//! flattens or refuses, a reply body the lane would not read plainly) goes through the worker's
+//! `Codec` from its Python form (the worker's `fallback` and `deliver`), so both ends stay
+//! `proto`'s. A line with `wait`
 //! set is the call the worker's loop thread runs itself: it keeps serving the socket while it
 //! waits, so its replies come through `wait` (Python), as before.
 
@@ -88,7 +89,7 @@ impl HostLine {
         true
     }
 
-    /// The `HOST_CALL` frame for `args`, or `None` for the Python codec to write.
+    /// The `HOST_CALL` frame for `args`, or `None` for the worker's `Codec` to write (from Python values).
     fn frame(&self, hid: u64, name: &str, args: &[&mut Dynamic]) -> Option<Vec<u8>> {
         if args.len() > self.caps.container {
             return None;
@@ -111,7 +112,7 @@ impl HostLine {
         (w.out.len() - self.header.len() <= self.max_body).then_some(w.out)
     }
 
-    /// Send the `HOST_CALL` of host call `hid`: the native frame (no GIL), or the Python codec's.
+    /// Send the `HOST_CALL` of host call `hid`: the frame from Rhai values (no GIL), or the `Codec`'s.
     fn send_call(
         &self,
         ctx: &NativeCallContext,
@@ -248,7 +249,7 @@ pub fn register(engine: &mut rhai::Engine, name: &str, signatures: &[Vec<std::an
 #[pymethods]
 impl HostLine {
     /// A line for call `id`, sending on `wire`; `fallback(hid, name, args)` sends a
-    /// `HOST_CALL` through the Python codec (raising `rhai.Throw` for a value with no wire form);
+    /// `HOST_CALL` through the worker's `Codec` (raising `rhai.Throw` for a value with no wire form);
     /// `fail(reason)` raises the exception a wait ends in ("deadline", "cancel"); `wait(hid)`,
     /// for the call the loop thread runs itself, serves until the reply and returns `(ok, value)`.
     #[new]
@@ -305,7 +306,7 @@ impl HostLine {
         self.slot().pending
     }
 
-    /// Hand the waiting thread a reply the Python codec read; `False` if nobody waits for it.
+    /// Hand the waiting thread a reply the worker's `Codec` read; `False` if nobody waits for it.
     fn deliver(&self, hid: i64, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<bool> {
         if !self.waits_for(hid) {
             return Ok(false);

@@ -8,20 +8,21 @@
 //! (`msgpack.rs`), with the GIL released while the script runs, and hands the worker the frame
 //! to send.
 //!
-//! It takes only what it can do exactly as the Python path does, and says so before running
-//! anything: a plainly valid CALL of a region script it holds (its source, if sent, ignored as the
-//! Python path ignores it). A render's `resident` delta is applied to the worker's
-//! `ResidentLists` (`resident.rs`), the store the Python path uses too, before the hook runs, as
-//! there. For anything else `run` returns `None` and the worker's Python path reads the frame
-//! (and names any defect). After the script ran, a value the wire would refuse or flatten comes
-//! back as a Python value for the Python path to encode, and a failure as the exception
+//! It takes only what it can do exactly as the worker's Python logic would with the frame read by
+//! the worker's `Codec`, and says so before running anything: a plainly valid CALL of a region
+//! script it holds (its source, if sent, ignored as the worker ignores it). A render's `resident`
+//! delta is applied to the worker's `ResidentLists` (`resident.rs`), the store the worker's Python
+//! logic uses too, before the hook runs, as there. For anything else `run` returns `None` and the
+//! worker reads the frame with its `Codec` (which names any defect). After the script ran, a value
+//! the lane's writer would not write exactly as `proto` (one the wire refuses or flattens) is
+//! written by the `Codec` from its Python form, and a failure comes back as the exception
 //! `Script.call` would raise. The frame layout (signature, command bytes, caps) comes from the
 //! caller, `proto` being the one definition of the wire; rhaipool's tests check that the lane's
-//! frames are byte for byte the Python path's.
+//! frames are byte for byte `proto`'s.
 //!
 //! The lane also reads the `HOST_REPLY` frames the worker's `Wire` receives (`route`): one a
 //! provider call on a script thread waits for (`HostLine`, `open_line`) goes to that thread's slot
-//! as Rhai values; any other is left to the Python path.
+//! as Rhai values; any other is left to the worker's `Codec`.
 //!
 //! Past 400 lines because the CALL reader (every field, and the resident map, checked as the Python
 //! path checks them) and the RESULT writer frame the one call they serve; apart, each would repeat
@@ -35,9 +36,10 @@ use std::time::Instant;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyInt, PyList};
 use rhai::{Dynamic, Map};
 
+use super::codec::{peak_rss_bytes, Codec};
 use super::host_line::{HostLine, Lines};
 use super::msgpack::{Caps, Reader, Scalar, Writer};
 use super::resident::{ResidentLists, Update};
@@ -81,6 +83,7 @@ pub struct Lane {
     caps: Caps,
     resident: Option<Py<ResidentLists>>,
     reply_header: Option<Vec<u8>>,
+    codec: Py<Codec>,
     lines: Lines,
     scripts: Mutex<HashMap<String, Held>>,
     tick: AtomicU64,
@@ -97,13 +100,6 @@ fn thread_cpu_seconds() -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let seconds = ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9;
     seconds
-}
-
-fn peak_rss_bytes() -> i64 {
-    // SAFETY: `getrusage` fills the zeroed struct it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut usage) };
-    usage.ru_maxrss.saturating_mul(1024)
 }
 
 /// The list a resident CALL's hook gets, updated; `None` when its base is not held.
@@ -124,13 +120,12 @@ fn resident_list(lists: &ResidentLists, tenant: &str, r: Resident<'_>) -> Option
 /// What a call the lane ran ends in.
 enum Ended {
     Frame(Vec<u8>),
-    Value(Py<PyAny>, f64, f64, u64, Vec<String>),
     Failed(PyErr),
 }
 
 impl Lane {
     /// Whether `frame` is a `HOST_REPLY` handed here to the script thread waiting for it
-    /// (`HostLine`); `false` leaves it to the Python path.
+    /// (`HostLine`); `false` leaves it to the worker's `Codec`.
     pub fn route(&self, frame: &[u8]) -> bool {
         self.reply_header
             .as_deref()
@@ -140,7 +135,7 @@ impl Lane {
 
     /// Fill the slot of the script thread waiting for the `HOST_REPLY` in `body`, if one waits for
     /// it and the body is plainly valid (`proto.host.HostReply.from_body`'s checks); `false`
-    /// leaves the frame to the Python path.
+    /// leaves the frame to the worker's `Codec`.
     fn route_reply(&self, body: &[u8]) -> bool {
         let mut r = Reader::new(body, self.caps);
         let (mut id, mut hid, mut ok, mut value) = (None, None, None, None);
@@ -183,7 +178,7 @@ impl Lane {
             .is_some_and(|line| line.get().fill(hid, ok, value))
     }
 
-    /// The CALL's fields, if the lane can run it exactly as the Python path would.
+    /// The CALL's fields, if the lane can run it exactly as the worker's Python logic would.
     fn read_call<'a>(&self, frame: &'a [u8]) -> Option<Call<'a>> {
         let body = frame.strip_prefix(self.call_header.as_slice())?;
         let mut r = Reader::new(body, self.caps);
@@ -210,7 +205,7 @@ impl Lane {
                 },
                 "resident" if r.nil() => false,
                 "resident" => resident.replace(self.read_resident(&mut r)?).is_some(),
-                // Ignored, as the Python path ignores the source of a script it holds.
+                // Ignored, as the worker ignores the source of a script it holds.
                 "source" => match r.scalar()? {
                     Scalar::Nil | Scalar::Str(_) => std::mem::replace(&mut source, true),
                     _ => return None,
@@ -233,7 +228,7 @@ impl Lane {
                 },
             };
             if seen {
-                return None; // a repeated key, or a field the lane leaves to the Python path
+                return None; // a repeated key, or a field the lane leaves to the worker's `Codec`
             }
         }
         if !(r.at_end() && name && source && window.is_some() && op.is_some() && kind.is_some()) {
@@ -254,7 +249,7 @@ impl Lane {
         })
     }
 
-    /// A `resident` map the lane can apply exactly as the Python path does (a store is set, every
+    /// A `resident` map the lane can apply exactly as the worker's Python logic does (a store is set, every
     /// field plainly valid), with each added item's size: its bytes in the frame.
     fn read_resident<'a>(&self, r: &mut Reader<'a>) -> Option<Resident<'a>> {
         self.resident.as_ref()?;
@@ -332,7 +327,7 @@ impl Lane {
         Some(held.script.clone_ref(py))
     }
 
-    /// The RESULT frame, or `None` when a part of it is for the Python path to write.
+    /// The RESULT frame from Rhai values, or `None` when a part of it is for the `Codec` to write.
     fn result_frame(
         &self,
         id: i64,
@@ -390,10 +385,23 @@ impl Lane {
         {
             return Ended::Frame(frame);
         }
-        match convert::owned_value_to_python(py, value, "result") {
-            Ok(v) => Ended::Value(v.unbind(), wall, cpu, report.operations, output),
-            Err(e) => Ended::Failed(e),
-        }
+        // A value the wire flattens or refuses: written from its Python form, as the codec writes
+        // every RESULT it does not write from Rhai values.
+        let value = match convert::owned_value_to_python(py, value, "result") {
+            Ok(v) => v,
+            Err(e) => return Ended::Failed(e),
+        };
+        let id = PyInt::new(py, id).into_any();
+        let output = match PyList::new(py, output) {
+            Ok(output) => output.into_any(),
+            Err(e) => return Ended::Failed(e),
+        };
+        let figures = (wall, cpu, report.operations);
+        Ended::Frame(
+            self.codec
+                .get()
+                .result_frame(py, &id, &value, figures, &output),
+        )
     }
 }
 
@@ -401,7 +409,7 @@ impl Lane {
 impl Lane {
     #[new]
     #[pyo3(signature = (
-        *, call_header, result_header, max_id, max_body, max_container, max_depth,
+        *, call_header, result_header, max_id, max_body, max_container, max_depth, codec,
         max_resident_key=128, resident=None, reply_header=None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -412,6 +420,7 @@ impl Lane {
         max_body: usize,
         max_container: usize,
         max_depth: usize,
+        codec: Py<Codec>,
         max_resident_key: usize,
         resident: Option<Py<ResidentLists>>,
         reply_header: Option<Vec<u8>>,
@@ -429,6 +438,7 @@ impl Lane {
             max_resident_key,
             resident,
             reply_header,
+            codec,
             lines: Lines::default(),
             caps: Caps {
                 container: max_container,
@@ -487,10 +497,10 @@ impl Lane {
         self.scripts.lock().map_or(0, |s| s.len())
     }
 
-    /// Run the CALL in `frame` if the lane can: its RESULT frame (`bytes`); `(id, value, wall,
-    /// cpu, ops, output)` when the value is for the Python path to encode; `(id, exception)`
-    /// when the call failed; `(id, "missing", base)` when its resident list's base is not held;
-    /// `None` when nothing ran and the Python path must read the frame.
+    /// Run the CALL in `frame` if the lane can: its RESULT frame (`bytes`; the ERROR
+    /// `InvalidValue` when its value has no wire form); `(id, exception)` when the call failed;
+    /// `(id, "missing", base)` when its resident list's base is not held; `None` when nothing ran
+    /// and the worker's `Codec` must read the frame.
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -504,7 +514,7 @@ impl Lane {
         };
         let (id, mut args) = (call.id, call.args);
         if let (Some(update), Some(lists)) = (call.resident, &self.resident) {
-            // Before the call, as the Python path does: the list changes whatever the hook does.
+            // Before the call, as the worker's Python logic does: the list changes whatever the hook does.
             let base = update.base.unwrap_or_default();
             let Some(list) = resident_list(lists.get(), call.tenant, update) else {
                 return Ok(Some((id, "missing", base).into_pyobject(py)?.into_any()));
@@ -528,9 +538,6 @@ impl Lane {
             .unwrap_or_else(Ended::Failed);
         let out = match ended {
             Ended::Frame(bytes) => PyBytes::new(py, &bytes).into_any(),
-            Ended::Value(value, wall, cpu, ops, output) => (id, value, wall, cpu, ops, output)
-                .into_pyobject(py)?
-                .into_any(),
             Ended::Failed(e) => (id, e.into_value(py)).into_pyobject(py)?.into_any(),
         };
         Ok(Some(out))

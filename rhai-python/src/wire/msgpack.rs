@@ -1,6 +1,6 @@
 //! msgpack straight to and from Rhai values, for the worker's `Lane` (`lane.rs`).
 //!
-//! Both directions mirror what the Python path does, so a value crosses either path to the same
+//! Both directions mirror what `proto` does (and the worker's `Codec`), so a value crosses either to the same
 //! bytes and the same Rhai value:
 //!
 //! * **Reading** mirrors `msgpack.unpackb` (rhaipool's `proto.values.unpack`) followed by
@@ -8,11 +8,11 @@
 //!   ones widened), UTF-8 strings, binaries as blobs, arrays, and maps with string keys (a repeated
 //!   key: the last one wins, as in a Python dict). Anything else (an extension type, a non-string
 //!   key, invalid UTF-8, a container over the cap, nesting past `MAX_READ_DEPTH`, trailing
-//!   bytes) is `None`: the caller hands the message to the Python path, which names the defect.
+//!   bytes) is `None`: the caller hands the message to the worker's `Codec`, which names the defect.
 //! * **Writing** mirrors `convert::to_python_owned` followed by msgpack-python's `Packer`
 //!   (`use_bin_type=True`): the smallest int form (unsigned formats for non-negative ints, as
 //!   msgpack-python writes them), every float as 64 bits, `char` as a one-character string,
-//!   blobs as binaries, maps in key order. Anything the Python path would refuse, flatten or
+//!   blobs as binaries, maps in key order. Anything `proto` would refuse, flatten or
 //!   convert specially (a function pointer, a custom type, a container over the cap, nesting past
 //!   the plain depth) is `None`, and the caller converts the value to Python instead.
 
@@ -27,7 +27,7 @@ pub const MAX_READ_DEPTH: usize = 128;
 pub struct Caps {
     /// Elements of one array or map.
     pub container: usize,
-    /// Nesting written plainly; deeper values are flattened by the Python path.
+    /// Nesting written plainly; deeper values are flattened by the worker's `Codec`.
     pub depth: usize,
 }
 
@@ -161,7 +161,7 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// Any value as Rhai's; `None` for what the Python path must read.
+    /// Any value as Rhai's; `None` for what the worker's `Codec` must read.
     pub fn value(&mut self, depth: usize) -> Option<Dynamic> {
         let b = self.peek()?;
         match b {
@@ -311,7 +311,7 @@ impl Writer {
         self.out.extend_from_slice(&f.to_bits().to_be_bytes());
     }
 
-    /// `value` as the Python path would write it; `false` (the buffer then holds a partial value)
+    /// `value` as `proto` would write it; `false` (the buffer then holds a partial value)
     /// for anything that path converts, refuses or flattens instead.
     pub fn value(&mut self, value: &Dynamic, depth: usize) -> bool {
         if value.is_unit() {
@@ -348,7 +348,7 @@ impl Writer {
         } else if value.is_map() {
             return self.map(value, depth);
         } else {
-            return false; // a function pointer or a custom type: the Python path decides
+            return false; // a function pointer or a custom type: the worker's `Codec` decides
         }
         true
     }
