@@ -197,6 +197,18 @@ impl Codec {
     }
 
     /// The frame of command `command` whose body is `body`'s fields in order.
+    /// The frame of `command` with `body` as Python bytes; raises, nothing written, for a field
+    /// without wire form.
+    fn written<'py>(
+        &self,
+        py: Python<'py>,
+        command: u8,
+        body: &[(&str, Bound<'py, PyAny>)],
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let frame = self.frame(py, command, body).map_err(Refused::into_pyerr)?;
+        Ok(PyBytes::new(py, &frame))
+    }
+
     fn frame<'py>(
         &self,
         py: Python<'py>,
@@ -629,10 +641,7 @@ impl Codec {
             ("sandbox", sandbox),
             ("probe", probe),
         ];
-        let frame = self
-            .frame(py, self.commands.ready, &body)
-            .map_err(Refused::into_pyerr)?;
-        Ok(PyBytes::new(py, &frame))
+        self.written(py, self.commands.ready, &body)
     }
 
     /// HEARTBEAT with counters `stats`.
@@ -641,10 +650,7 @@ impl Codec {
         py: Python<'py>,
         stats: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let frame = self
-            .frame(py, self.commands.heartbeat, &[("stats", stats)])
-            .map_err(Refused::into_pyerr)?;
-        Ok(PyBytes::new(py, &frame))
+        self.written(py, self.commands.heartbeat, &[("stats", stats)])
     }
 
     /// GOODBYE.
@@ -653,10 +659,7 @@ impl Codec {
         py: Python<'py>,
         reason: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let frame = self
-            .frame(py, self.commands.goodbye, &[("reason", reason)])
-            .map_err(Refused::into_pyerr)?;
-        Ok(PyBytes::new(py, &frame))
+        self.written(py, self.commands.goodbye, &[("reason", reason)])
     }
 
     /// CREDIT.
@@ -667,14 +670,11 @@ impl Codec {
         hid: Bound<'py, PyAny>,
         n: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let frame = self
-            .frame(
-                py,
-                self.commands.credit,
-                &[("id", id), ("hid", hid), ("n", n)],
-            )
-            .map_err(Refused::into_pyerr)?;
-        Ok(PyBytes::new(py, &frame))
+        self.written(
+            py,
+            self.commands.credit,
+            &[("id", id), ("hid", hid), ("n", n)],
+        )
     }
 
     /// `HOST_CALL` (raises, nothing written, for arguments without wire form).
@@ -687,10 +687,7 @@ impl Codec {
         args: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let body = [("id", id), ("hid", hid), ("name", name), ("args", args)];
-        let frame = self
-            .frame(py, self.commands.host_call, &body)
-            .map_err(Refused::into_pyerr)?;
-        Ok(PyBytes::new(py, &frame))
+        self.written(py, self.commands.host_call, &body)
     }
 
     /// RESULT of call `id` (peak RSS measured here), or the ERROR `InvalidValue` if its value or

@@ -6,7 +6,8 @@
 //! every message from Python values, with `values.rs` (msgpack to and from Python values, as
 //! rhaipool's `proto.values` packs and unpacks them);
 //! `lane.rs` runs a worker's plain region call from its CALL frame to its RESULT frame, reading and
-//! writing msgpack straight to and from Rhai values with `msgpack.rs`; `resident.rs` keeps the
+//! writing msgpack straight to and from Rhai values with `msgpack.rs` (both writers use `pack.rs`'s
+//! encodings of scalars and lengths); `resident.rs` keeps the
 //! lists a region's renders update by deltas (RHP §6.3); `host_line.rs` makes a provider call's
 //! brokered host calls, its `HOST_CALL` frames written and its `HOST_REPLY` values read natively;
 //! `socket.rs` drives the worker's socket, so the loop thread receives and routes replies, and a
@@ -18,6 +19,7 @@ pub mod codec;
 pub mod host_line;
 pub mod lane;
 pub mod msgpack;
+pub mod pack;
 pub mod resident;
 pub mod socket;
 pub mod values;

@@ -18,6 +18,8 @@
 
 use rhai::{Array, Blob, Dynamic, ImmutableString, Map};
 
+use super::pack::{put_array_header, put_bin, put_float, put_int, put_map_header, put_str};
+
 /// Nesting the reader follows (recursively, on the caller's stack): calls nest far less, and a
 /// deeper value travels flattened (an extension type) anyway.
 pub const MAX_READ_DEPTH: usize = 128;
@@ -232,83 +234,27 @@ impl Writer {
     }
 
     pub fn map_header(&mut self, n: usize) {
-        self.length(n, Some((0x80, 16)), None, 0xde);
+        put_map_header(&mut self.out, n);
     }
 
     pub fn array_header(&mut self, n: usize) {
-        self.length(n, Some((0x90, 16)), None, 0xdc);
+        put_array_header(&mut self.out, n);
     }
 
     pub fn str(&mut self, s: &str) {
-        self.length(s.len(), Some((0xa0, 32)), Some(0xd9), 0xda);
-        self.out.extend_from_slice(s.as_bytes());
+        put_str(&mut self.out, s);
     }
 
     fn bin(&mut self, b: &[u8]) {
-        self.length(b.len(), None, Some(0xc4), 0xc5);
-        self.out.extend_from_slice(b);
+        put_bin(&mut self.out, b);
     }
 
-    /// A length in msgpack's smallest form: `fix | n` below `fix`'s bound, else the 8-bit form (if
-    /// the type has one), the 16-bit form `code16`, or the 32-bit one (`code16 + 1` in every type).
-    fn length(&mut self, n: usize, fix: Option<(u8, usize)>, code8: Option<u8>, code16: u8) {
-        if let Some((base, below)) = fix {
-            if let Ok(small) = u8::try_from(n) {
-                if n < below {
-                    self.out.push(base | small);
-                    return;
-                }
-            }
-        }
-        if let (Some(code), Ok(m)) = (code8, u8::try_from(n)) {
-            self.out.extend_from_slice(&[code, m]);
-        } else if let Ok(m) = u16::try_from(n) {
-            self.out.push(code16);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else {
-            self.out.push(code16 + 1);
-            self.out
-                .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
-        }
-    }
-
-    /// msgpack-python's choice: unsigned formats for non-negative ints, signed for negative ones.
     pub fn int(&mut self, i: i64) {
-        if i >= 0 {
-            let u = u64::try_from(i).unwrap_or_default();
-            if u < 0x80 {
-                self.out.push(u.to_le_bytes()[0]);
-            } else if let Ok(m) = u8::try_from(u) {
-                self.out.extend_from_slice(&[0xcc, m]);
-            } else if let Ok(m) = u16::try_from(u) {
-                self.out.push(0xcd);
-                self.out.extend_from_slice(&m.to_be_bytes());
-            } else if let Ok(m) = u32::try_from(u) {
-                self.out.push(0xce);
-                self.out.extend_from_slice(&m.to_be_bytes());
-            } else {
-                self.out.push(0xcf);
-                self.out.extend_from_slice(&u.to_be_bytes());
-            }
-        } else if i >= -32 {
-            self.out.push(i.to_le_bytes()[0]);
-        } else if let Ok(m) = i8::try_from(i) {
-            self.out.extend_from_slice(&[0xd0, m.to_be_bytes()[0]]);
-        } else if let Ok(m) = i16::try_from(i) {
-            self.out.push(0xd1);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else if let Ok(m) = i32::try_from(i) {
-            self.out.push(0xd2);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else {
-            self.out.push(0xd3);
-            self.out.extend_from_slice(&i.to_be_bytes());
-        }
+        put_int(&mut self.out, i);
     }
 
     pub fn float(&mut self, f: f64) {
-        self.out.push(0xcb);
-        self.out.extend_from_slice(&f.to_bits().to_be_bytes());
+        put_float(&mut self.out, f);
     }
 
     /// `value` as `proto` would write it; `false` (the buffer then holds a partial value)

@@ -23,6 +23,10 @@ use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
 };
 
+use super::pack::{
+    put_array_header, put_bin, put_float, put_int, put_length, put_map_header, put_str, put_uint,
+};
+
 /// The wire's caps (`proto.values`).
 #[derive(Clone, Copy)]
 pub struct Limits {
@@ -184,82 +188,32 @@ impl From<Refused> for Stop {
 }
 
 impl Packer<'_> {
-    fn length(&mut self, n: usize, fix: Option<(u8, usize)>, code8: Option<u8>, code16: u8) {
-        if let Some((base, below)) = fix {
-            if n < below {
-                self.out.push(base | u8::try_from(n).unwrap_or_default());
-                return;
-            }
-        }
-        if let (Some(code), Ok(m)) = (code8, u8::try_from(n)) {
-            self.out.extend_from_slice(&[code, m]);
-        } else if let Ok(m) = u16::try_from(n) {
-            self.out.push(code16);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else {
-            self.out.push(code16 + 1);
-            let m = u32::try_from(n).unwrap_or(u32::MAX);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        }
-    }
-
     fn array_header(&mut self, n: usize) {
-        self.length(n, Some((0x90, 16)), None, 0xdc);
+        put_array_header(&mut self.out, n);
     }
 
     fn map_header(&mut self, n: usize) {
-        self.length(n, Some((0x80, 16)), None, 0xde);
+        put_map_header(&mut self.out, n);
     }
 
     fn str(&mut self, s: &str) {
-        self.length(s.len(), Some((0xa0, 32)), Some(0xd9), 0xda);
-        self.out.extend_from_slice(s.as_bytes());
+        put_str(&mut self.out, s);
     }
 
     fn bin(&mut self, b: &[u8]) {
-        self.length(b.len(), None, Some(0xc4), 0xc5);
-        self.out.extend_from_slice(b);
+        put_bin(&mut self.out, b);
     }
 
     fn uint(&mut self, u: u64) {
-        if u < 0x80 {
-            self.out.push(u.to_le_bytes()[0]);
-        } else if let Ok(m) = u8::try_from(u) {
-            self.out.extend_from_slice(&[0xcc, m]);
-        } else if let Ok(m) = u16::try_from(u) {
-            self.out.push(0xcd);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else if let Ok(m) = u32::try_from(u) {
-            self.out.push(0xce);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else {
-            self.out.push(0xcf);
-            self.out.extend_from_slice(&u.to_be_bytes());
-        }
+        put_uint(&mut self.out, u);
     }
 
     fn int(&mut self, i: i64) {
-        if let Ok(u) = u64::try_from(i) {
-            self.uint(u);
-        } else if i >= -32 {
-            self.out.push(i.to_le_bytes()[0]);
-        } else if let Ok(m) = i8::try_from(i) {
-            self.out.extend_from_slice(&[0xd0, m.to_be_bytes()[0]]);
-        } else if let Ok(m) = i16::try_from(i) {
-            self.out.push(0xd1);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else if let Ok(m) = i32::try_from(i) {
-            self.out.push(0xd2);
-            self.out.extend_from_slice(&m.to_be_bytes());
-        } else {
-            self.out.push(0xd3);
-            self.out.extend_from_slice(&i.to_be_bytes());
-        }
+        put_int(&mut self.out, i);
     }
 
     fn float(&mut self, f: f64) {
-        self.out.push(0xcb);
-        self.out.extend_from_slice(&f.to_bits().to_be_bytes());
+        put_float(&mut self.out, f);
     }
 
     /// One value that is not a container (`proto`'s walk decided which are); `containers` says
@@ -395,7 +349,7 @@ impl Packer<'_> {
         if let Some(head) = fixed {
             self.out.push(head);
         } else {
-            self.length(data.len(), None, Some(0xc7), 0xc8);
+            put_length(&mut self.out, data.len(), None, Some(0xc7), 0xc8);
         }
         self.out.push(code.to_be_bytes()[0]);
         self.out.extend_from_slice(data);
