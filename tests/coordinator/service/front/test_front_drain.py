@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import anthropic
 import httpx
@@ -43,19 +46,25 @@ def draining(
     assert running.stop() == 0
 
 
-def test_streams_of_a_revoked_tenant_end_with_an_authentication_error_event(
-    draining: ServiceProcess, slow_upstream: StandinServer
-) -> None:
-    """The operator drops the tenant from the config and reloads it (SIGHUP) while its streams run."""
-    token = INITECH
+@dataclass
+class Streams:
+    """One stream of each route, each past its first event: native lines, OpenAI chunks, Anthropic events."""
+
+    native: Iterator[str]
+    chat: Iterator[Any]
+    message: Iterator[Any]
+
+
+@contextmanager
+def open_streams(service: ServiceProcess, token: str) -> Iterator[Streams]:
     ask = [{"role": "user", "content": WORDS}]
     with (
-        openai.OpenAI(base_url=draining.url + "/v1", api_key=token, max_retries=0) as oa,
-        anthropic.Anthropic(base_url=draining.url, api_key=token, max_retries=0) as an,
+        openai.OpenAI(base_url=service.url + "/v1", api_key=token, max_retries=0) as oa,
+        anthropic.Anthropic(base_url=service.url, api_key=token, max_retries=0) as an,
         httpx.Client() as http,
         http.stream(
             "POST",
-            f"{draining.url}/api/providers/groq/stream",
+            f"{service.url}/api/providers/groq/stream",
             json={"model": "standin-small", "messages": ask},
             headers={"Authorization": f"Bearer {token}"},
             timeout=30,
@@ -69,53 +78,46 @@ def test_streams_of_a_revoked_tenant_end_with_an_authentication_error_event(
         assert next(native).startswith("data: ")
         assert next(chat).choices[0].delta.role == "assistant"
         assert next(message).type == "message_start"
+        yield Streams(native, chat, message)
+
+
+def last_event(native: Iterator[str]) -> list[str]:
+    """The native stream's last event (its two lines), once it has ended."""
+    return [line for line in native if line][-2:]
+
+
+def test_streams_of_a_revoked_tenant_end_with_an_authentication_error_event(
+    draining: ServiceProcess, slow_upstream: StandinServer
+) -> None:
+    """The operator drops the tenant from the config and reloads it (SIGHUP) while its streams run."""
+    with open_streams(draining, INITECH) as streams:
         write_config(draining.config.parent, port=draining.port, standin=slow_upstream.base_url)
         draining.process.send_signal(signal.SIGHUP)
-        last = [line for line in native if line][-2:]
+        last = last_event(streams.native)
         assert last[0] == "event: error" and "revoked" in last[1], last
         with pytest.raises(openai.APIError) as cut:
-            for _chunk in chat:
+            for _chunk in streams.chat:
                 pass
         assert "revoked" in cut.value.message and "shutting down" not in cut.value.message
         assert cut.value.code == "invalid_api_key", cut.value.body
         with pytest.raises(anthropic.APIStatusError) as ended:
-            for _event in message:
+            for _event in streams.message:
                 pass
         assert ended.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
         assert "revoked" in ended.value.body["error"]["message"]  # type: ignore[index]
 
 
 def test_streams_cut_by_a_drain_end_with_an_error_event(draining: ServiceProcess) -> None:
-    ask = [{"role": "user", "content": WORDS}]
-    with (
-        openai.OpenAI(base_url=draining.url + "/v1", api_key=TOKENS["acme"], max_retries=0) as oa,
-        anthropic.Anthropic(base_url=draining.url, api_key=TOKENS["acme"], max_retries=0) as an,
-        httpx.Client() as http,
-        http.stream(
-            "POST",
-            f"{draining.url}/api/providers/groq/stream",
-            json={"model": "standin-small", "messages": ask},
-            headers={"Authorization": f"Bearer {TOKENS['acme']}"},
-            timeout=30,
-        ) as streamed,
-    ):
-        native = streamed.iter_lines()
-        assert next(native).startswith("data: ")
-        chat = iter(oa.chat.completions.create(model="groq/standin-small", messages=ask, stream=True))  # type: ignore[arg-type]
-        message = iter(
-            an.messages.create(model="groq/standin-small", max_tokens=500, messages=ask, stream=True)
-        )  # type: ignore[arg-type]
-        assert next(chat).choices[0].delta.role == "assistant"
-        assert next(message).type == "message_start"
+    with open_streams(draining, TOKENS["acme"]) as streams:
         draining.process.send_signal(signal.SIGTERM)  # in flight: they get grace_secs, then are cut
         with pytest.raises(openai.APIError) as cut:
-            for _chunk in chat:
+            for _chunk in streams.chat:
                 pass
         assert "shutting down" in cut.value.message
         with pytest.raises(anthropic.APIStatusError) as ended:
-            for _event in message:
+            for _event in streams.message:
                 pass
         assert ended.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
-        last = [line for line in native if line][-2:]
+        last = last_event(streams.native)
         assert last[0] == "event: error" and "shutting down" in last[1], last
     assert draining.process.wait(30) == 0
