@@ -96,18 +96,9 @@ def new_lane(resident: rhai.ResidentLists | None = None) -> rhai.Lane:
     )
 
 
-def error_frame(
-    call_id: int,
-    cls: ErrorClass,
-    message: str,
-    kind: str = "",
-    line: int | None = None,
-    column: int | None = None,
-    value: Any = None,
-    limit: str | None = None,
-) -> bytes:
-    """The ERROR ending call ``call_id`` (``InvalidValue`` instead if ``value`` has no wire form)."""
-    return CODEC.error(call_id, cls, message, kind, line, column, value, limit)
+def error_frame(call_id: int, cls: ErrorClass, message: str, kind: str = "") -> bytes:
+    """The ERROR ending call ``call_id`` for a reason of the worker's own (not a script's failure)."""
+    return CODEC.error(call_id, cls, message, kind, None, None, None, None)
 
 
 def failure_frame(call_id: int, failure: ScriptFailure) -> bytes:
