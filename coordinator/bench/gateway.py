@@ -19,7 +19,8 @@ printed, with each round's CPU):
 Each row: requests per second, p50 and p99 (wrk's own histogram), errors, and the CPU per request of
 that gateway's processes read from the kernel (``rhaipool serve`` with its workers; LiteLLM with its
 children; nginx's master and worker). Then each rhaipool route again at half its saturating rate
-(wrk with a per-connection pause), for the p99 a service sized with headroom sees. Run with::
+(wrk with a random pause per connection, its mean found by a short run: :func:`paced_pause`), for
+the p99 a service sized with headroom sees. Run with::
 
     rhaipool bench gateway [--seconds 5] [--rounds 3] [--connections 16,64] [--workers 2]
                            [--litellm PATH | --no-litellm] [--layers] [--json]
@@ -72,6 +73,8 @@ COMPLETION = {
 }
 """What nginx answers every request with: an OpenAI chat completion, as small as a real one gets."""
 MESSAGES = [{"role": "user", "content": "hi"}]
+MAX_TOKENS = 16
+"""In every gateway's request: the Anthropic API requires it, and the routes compared run one inference."""
 LITELLM_PATHS = (Path("/opt/litellm-venv/bin/litellm"), Path.home() / ".cache/litellm-venv/bin/litellm")
 """Where the documented install puts LiteLLM's ``litellm`` command, tried in turn."""
 UPSTREAM_HEALTHY_FACTOR = 20
@@ -80,6 +83,11 @@ UPSTREAM_PACED_P99_MS = 1.0
 """The upstream's p99 at the gateways' half rate must be under this (or 3x its p50): a fifth of the
 5 ms the gateways' own p99 is held to. Its p99 at saturation (wrk and nginx on the same two busy cores)
 is scheduling, printed but not judged."""
+PACED_CALIBRATION_SECS = 3.0
+"""The short run that finds the pause giving half a route's saturating rate (:func:`paced_pause`). The
+pauses are random (exponential, one draw per request and connection): a fixed pause keeps the
+connections in step, so they arrive in bursts of all of them at once, which is the closed loop's
+queue again rather than half its load."""
 SETTLE_SECS = 1.0
 """Pause after each wrk run: wrk stops with every connection's request in flight, and the gateway
 finishes them after it left; they must neither count in a measured run's CPU (it is read as wrk
@@ -123,7 +131,8 @@ class Row:
     cpu_ms_per_request: float
     errors: int
     non_2xx: int
-    pause_ms: int = 0
+    pause_ms: float = 0
+    """The mean of a paced run's random pause per connection and request (0: closed loop)."""
     load: float = 0.0
     main_cpu_ms_per_request: float = 0.0
     """Of ``cpu_ms_per_request``: the gateway's main process alone (rhaipool: the coordinator)."""
@@ -157,9 +166,14 @@ _WHY = (  # the first answers that were not 2xx, per wrk thread (a gateway's row
 )
 
 
-def _lua(target: Target, pause_ms: int) -> str:
+def _lua(target: Target, pause_ms: float) -> str:
     headers = "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in target.headers.items())
-    delay = f"function delay() return {pause_ms} end\n" if pause_ms > 0 else ""
+    delay = (  # exponential pauses: arrivals as from many independent clients (see PACED_CALIBRATION_SECS)
+        "function init(args) math.randomseed(os.time() * 1000003 + math.floor(os.clock() * 1e9)) end\n"
+        f"function delay() return math.floor(-{pause_ms:.3f} * math.log(1 - math.random()) + 0.5) end\n"
+        if pause_ms > 0
+        else ""
+    )
     why = "" if target.name == "upstream" else _WHY
     return (
         f'wrk.method = "POST"\nwrk.body = [==[{target.body.decode()}]==]\n{headers}{delay}{why}'
@@ -171,7 +185,7 @@ def _lua(target: Target, pause_ms: int) -> str:
     )
 
 
-def drive(target: Target, connections: int, seconds: float, folder: Path, pause_ms: int = 0) -> Row:
+def drive(target: Target, connections: int, seconds: float, folder: Path, pause_ms: float = 0) -> Row:
     """wrk against ``target`` for ``seconds`` with ``connections`` keep-alive connections (one thread
     per 32), after a warm-up of a second; the CPU of ``target.pids`` over the measured run."""
     script = folder / f"{target.name}.lua"
@@ -374,7 +388,7 @@ def _targets(url: str, token: str, serve_pid: int, layers: bool = False) -> list
     def body(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
-    inference = body({"model": "bench-model", "messages": MESSAGES})
+    inference = body({"model": "bench-model", "max_tokens": MAX_TOKENS, "messages": MESSAGES})
     return [
         *(
             Target(name, url + f"/api/providers/{name}/inference", inference, auth, pids)
@@ -383,21 +397,21 @@ def _targets(url: str, token: str, serve_pid: int, layers: bool = False) -> list
         Target(
             "native",
             url + "/api/providers/groq/inference",
-            body({"model": "bench-model", "messages": MESSAGES}),
+            body({"model": "bench-model", "max_tokens": MAX_TOKENS, "messages": MESSAGES}),
             auth,
             pids,
         ),
         Target(
             "v1-chat",
             url + "/v1/chat/completions",
-            body({"model": "groq/bench-model", "messages": MESSAGES}),
+            body({"model": "groq/bench-model", "max_tokens": MAX_TOKENS, "messages": MESSAGES}),
             auth,
             pids,
         ),
         Target(
             "v1-messages",
             url + "/v1/messages",
-            body({"model": "groq/bench-model", "max_tokens": 16, "messages": MESSAGES}),
+            body({"model": "groq/bench-model", "max_tokens": MAX_TOKENS, "messages": MESSAGES}),
             {**auth, "anthropic-version": "2023-06-01"},
             pids,
         ),
@@ -470,7 +484,7 @@ def run_benchmark(
                 Target(
                     "litellm",
                     lite_url + "/v1/chat/completions",
-                    json.dumps({"model": "bench", "messages": MESSAGES}).encode(),
+                    json.dumps({"model": "bench", "max_tokens": MAX_TOKENS, "messages": MESSAGES}).encode(),
                     {"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
                     _family(lite_pid),
                 )
@@ -493,7 +507,7 @@ def run_benchmark(
         pauses = []
         for target in (t for t in live if t.name in ("native", "v1-chat", "v1-messages")):
             best = max(r.throughput for r in rows if r.target == target.name)
-            pauses.append(max(1, round(base * 1000 / (best / 2))))
+            pauses.append(paced_pause(target, base, best / 2, folder))
             rows.append(drive(target, base, seconds * rounds, folder, pause_ms=pauses[-1]))
         if pauses and live[0].name == "upstream":  # the upstream at the rate the gateways put on it
             rows.append(drive(live[0], base, seconds * rounds, folder, pause_ms=min(pauses)))
@@ -503,6 +517,16 @@ def run_benchmark(
     report["verdicts"] = _verdicts(rows)
     report["targets"] = _goals(rows)
     return report
+
+
+def paced_pause(target: Target, connections: int, rate: float, folder: Path) -> float:
+    """The mean pause per connection at which ``target`` is sent ``rate`` requests a second: each
+    connection's cycle is its request's latency plus the pause, so the pause is ``connections / rate``
+    less the latency, read off a short run at the first guess (which leaves the latency out)."""
+    cycle_ms = connections * 1000 / rate
+    guess = drive(target, connections, PACED_CALIBRATION_SECS, folder, pause_ms=cycle_ms)
+    latency_ms = connections * 1000 / guess.throughput - cycle_ms
+    return round(max(0.5, cycle_ms - latency_ms), 1)
 
 
 def _goals(rows: list[Row]) -> list[dict[str, Any]]:
@@ -589,7 +613,11 @@ def _print(report: dict[str, Any]) -> None:
     for r in report["rows"]:
         notes = []
         if r["pause_ms"]:
-            notes.append(f"half rate: {r['pause_ms']} ms pause per connection, one run")
+            best = max(x["throughput"] for x in report["rows"] if x["target"] == r["target"])
+            notes.append(
+                f"paced: {r['pause_ms']:g} ms mean random pause per connection, "
+                f"{r['throughput'] / best:.0%} of the saturating rate, one run"
+            )
         else:
             cpus = report["cpu_ms_per_request_by_round"][f"{r['target']}@{r['connections']}"]
             notes.append("CPU by round " + " / ".join(f"{c:.3f}" for c in cpus))
