@@ -152,8 +152,18 @@ def _family(pid: int) -> Callable[[], list[int]]:
     return pids
 
 
-def _cpu(pids: list[int]) -> dict[int, float]:
-    return {pid: cpu_seconds(pid) for pid in pids}
+def _cpu(pids: list[int]) -> tuple[float, float]:
+    """CPU seconds of a gateway's processes (``pids``: its main process first, as :func:`_family`
+    lists them when called), and of its main process alone. Those that exited and were reaped count
+    too (their parent's children's times), so a worker replaced during a run moves its CPU from one
+    term to the other instead of out of the sum, and one started during it counts from its start."""
+    main = cpu_seconds(pids[0])
+    try:
+        reaped = psutil.Process(pids[0]).cpu_times()
+        gone = reaped.children_user + reaped.children_system
+    except psutil.Error:
+        gone = 0.0
+    return main + gone + sum(cpu_seconds(pid) for pid in pids[1:]), main
 
 
 _WHY = (  # the first answers that were not 2xx, per wrk thread (a gateway's row only: it costs wrk CPU)
@@ -204,16 +214,15 @@ def drive(target: Target, connections: int, seconds: float, folder: Path, pause_
     wrk(1)
     time.sleep(SETTLE_SECS)
     load = load_average()
-    pids = target.pids()
-    before = _cpu(pids)
+    before = _cpu(target.pids())
     out = wrk(seconds)
-    after = _cpu(pids)  # before the requests wrk left in flight finish: they are not in its count
+    after = _cpu(target.pids())  # before the requests wrk left in flight finish: not in its count
     time.sleep(SETTLE_SECS)
     found = _RESULT.search(out)
     if found is None:
         raise RuntimeError(f"wrk printed no result: {out.strip()}")
     requests, duration_us, p50_us, p99_us, errors, non_2xx = (int(g) for g in found.groups())
-    cpu = sum(after[pid] - before[pid] for pid in pids)
+    cpu = after[0] - before[0]
     elapsed = duration_us / 1e6
     return Row(
         target.name,
@@ -228,7 +237,7 @@ def drive(target: Target, connections: int, seconds: float, folder: Path, pause_
         non_2xx,
         pause_ms,
         load,
-        (after[pids[0]] - before[pids[0]]) * 1000 / max(1, requests),
+        (after[1] - before[1]) * 1000 / max(1, requests),
         tuple(line.removeprefix("NON2XX ") for line in out.splitlines() if line.startswith("NON2XX ")),
     )
 
