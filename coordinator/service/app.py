@@ -100,12 +100,13 @@ def create_app(service: Service) -> Any:
             await service.stop()
 
     routes = [
-        *routes_providers.ROUTES, *routes_regions.ROUTES, *routes_scripts.ROUTES, *routes_ops.ROUTES,
-        *front.ROUTES,
+        *routes_providers.ROUTES, *front.ROUTES, *routes_regions.ROUTES, *routes_scripts.ROUTES,
+        *routes_ops.ROUTES,
     ]  # fmt: skip
     router = Starlette(
-        # The router tries routes in order (a regex each, ~1 us apiece): the per-call data plane first.
-        # No two routes match the same method and path, so the order changes nothing else.
+        # The router tries routes in order (a regex each, ~0.5 us apiece): the per-call data plane
+        # first, inferences (native, then the fronts') before renders. No two routes match the same
+        # method and path, so the order changes nothing else.
         routes=routes,
         exception_handlers=dict(_HANDLERS),
         lifespan=lifespan,

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import difflib
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import cache
 from typing import Any, Final, Literal
@@ -31,6 +31,7 @@ from coordinator.service.names import shown
 from coordinator.service.state import Service
 
 __all__ = [
+    "ENCODE",
     "Cut",
     "HeldStream",
     "JSONReply",
@@ -46,24 +47,28 @@ __all__ = [
 ]
 
 
-_ENCODE: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-"""One encoder for every reply: ``json.dumps`` with arguments builds a new one per call."""
+ENCODE: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+"""One encoder for every reply and event: ``json.dumps`` with arguments builds a new one per call."""
 _JSON_TYPE: Final = (b"content-type", b"application/json")
 
 
 class JSONReply(Response):
-    """A JSON body with its two headers built directly (what ``Response`` works out per call)."""
+    """A JSON body with its headers built directly (what ``Response`` works out per call)."""
 
     media_type = "application/json"
 
-    def __init__(self, body: bytes, status: int = 200) -> None:
+    def __init__(self, body: bytes, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
         self.status_code, self.body, self.background = status, body, None
         self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_TYPE]
+        if headers:
+            self.raw_headers += [
+                (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
+            ]
 
 
-def reply(body: Any, status: int = 200) -> Response:
-    """A JSON response (non-ASCII kept as is, compact)."""
-    return JSONReply(_ENCODE(body).encode(), status)
+def reply(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    """A JSON response (non-ASCII kept as is, compact), with ``headers`` beside its own two."""
+    return JSONReply(ENCODE(body).encode(), status, headers)
 
 
 Cut = Literal["revoked", "shutting_down"]

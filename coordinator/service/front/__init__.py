@@ -27,4 +27,5 @@ __all__ = ["ROUTES", "FrontGate", "ModelsCache"]
 ROUTES: Final = [
     Route(path, handler, methods=[method]) for path, handler, method in (*ROUTES_OPENAI, *ROUTES_ANTHROPIC)
 ]
-"""The fronts' routes (after the native data plane: the router tries routes in order)."""
+"""The fronts' routes (after the native inference routes, before the regions': the router tries
+routes in order, coordinator/service/app.py)."""

@@ -25,17 +25,15 @@ from coordinator.providers.response import StreamChunk, TokenUsage
 from coordinator.service.errors import RouteError
 from coordinator.service.front.common import (
     CUTS,
-    ENCODE,
     Refusal,
     failure,
     invalid,
-    json_reply,
     lookup,
     open_stream,
     split_model,
 )
 from coordinator.service.front.schemas import MessagesBody, check_extra
-from coordinator.service.http import Cut, HeldStream, parse_body, require_tenant
+from coordinator.service.http import ENCODE, Cut, HeldStream, parse_body, reply, require_tenant
 
 __all__ = ["ROUTES_ANTHROPIC", "error_body", "message", "messages_request"]
 
@@ -338,7 +336,7 @@ def _cut(why: Cut) -> bytes:
 
 def _refusal(exc: Exception) -> Response:
     error = failure(exc)
-    return json_reply(error_body(error), error.status, error.headers())
+    return reply(error_body(error), error.status, error.headers())
 
 
 async def messages(request: Request) -> Response:
@@ -354,7 +352,7 @@ async def messages(request: Request) -> Response:
         answer = await target.runtime.inference_for(target.provider, contract, tenant=tenant)
     except (RouteError, ProviderError, InvalidProviderRequest) as exc:
         return _refusal(exc)
-    return json_reply(message(answer, body["model"]))
+    return reply(message(answer, body["model"]))
 
 
 async def messages_count_tokens(request: Request) -> Response:
@@ -370,7 +368,7 @@ async def messages_count_tokens(request: Request) -> Response:
         )
     except (RouteError, ProviderError, InvalidProviderRequest) as exc:
         return _refusal(exc)
-    return json_reply({"input_tokens": count})
+    return reply({"input_tokens": count})
 
 
 ROUTES_ANTHROPIC: Final = [

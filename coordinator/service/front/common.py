@@ -15,7 +15,6 @@ the error's ``transient`` knows better).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import re
@@ -26,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from starlette.requests import Request
-from starlette.responses import Response
 
 from coordinator.providers import (
     InvalidProviderRequest,
@@ -40,13 +38,12 @@ from coordinator.providers.models import ModelInfo
 from coordinator.providers.response import StreamChunk
 from coordinator.providers.runtime import ProviderRuntime
 from coordinator.service.errors import RouteError
-from coordinator.service.http import Cut, note_script, service_of
+from coordinator.service.http import ENCODE, Cut, note_script, service_of
 from coordinator.service.names import check_name
 from coordinator.service.state import Service
 
 __all__ = [
     "CUTS",
-    "ENCODE",
     "REVOKED",
     "SHUTTING_DOWN",
     "ModelsCache",
@@ -54,7 +51,6 @@ __all__ = [
     "Target",
     "failure",
     "invalid",
-    "json_reply",
     "kind_of_status",
     "lookup",
     "open_stream",
@@ -64,8 +60,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("rhaipool.service")
-
-ENCODE: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 _HTTP_STATUS: Final = re.compile(r"HTTP (\d{3})\b")
 
 
@@ -124,11 +118,6 @@ _KINDS: Final = {
     503: "overloaded",
     504: "timeout",
 }
-
-
-def json_reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    """A compact JSON response."""
-    return Response(ENCODE(body).encode(), status, headers, "application/json")
 
 
 def split_model(model: str) -> tuple[str, str]:

@@ -24,11 +24,9 @@ from coordinator.providers.response import StreamChunk, TokenUsage
 from coordinator.service.errors import RouteError
 from coordinator.service.front.common import (
     CUTS,
-    ENCODE,
     Refusal,
     failure,
     invalid,
-    json_reply,
     lookup,
     models_cache,
     open_stream,
@@ -37,7 +35,7 @@ from coordinator.service.front.common import (
     tool_arguments,
 )
 from coordinator.service.front.schemas import ChatCompletionBody, check_extra, check_json
-from coordinator.service.http import Cut, HeldStream, parse_body, require_tenant, service_of
+from coordinator.service.http import ENCODE, Cut, HeldStream, parse_body, reply, require_tenant, service_of
 
 __all__ = ["ROUTES_OPENAI", "chat_request", "completion", "error_body", "v1_model", "v1_models"]
 
@@ -339,7 +337,7 @@ async def chat_completions(request: Request) -> Response:
         answer = await target.runtime.inference_for(target.provider, contract, tenant=tenant)
     except (RouteError, ProviderError, InvalidProviderRequest) as exc:
         return _refusal(exc)
-    return json_reply(completion(answer, body["model"]))
+    return reply(completion(answer, body["model"]))
 
 
 def _model_row(provider: str, model: Any, anthropic_api: bool) -> dict[str, Any]:
@@ -358,8 +356,8 @@ async def v1_models(request: Request) -> Response:
     data = [_model_row(p, m, anthropic_api) for p, m in rows]
     if anthropic_api:
         first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
-        return json_reply({"data": data, "has_more": False, "first_id": first, "last_id": last})
-    return json_reply({"object": "list", "data": data})
+        return reply({"data": data, "has_more": False, "first_id": first, "last_id": last})
+    return reply({"object": "list", "data": data})
 
 
 async def v1_model(request: Request) -> Response:
@@ -374,14 +372,14 @@ async def v1_model(request: Request) -> Response:
     rows = await models_cache(request).rows(service_of(request), tenant, only=provider)
     for p, m in rows:
         if f"{p}/{m.id}" == wanted:
-            return json_reply(_model_row(p, m, anthropic_api))
+            return reply(_model_row(p, m, anthropic_api))
     message = f"no model '{wanted}' in the listings of this tenant's providers"
     return _refusal(refused(Refusal(404, "not_found", message, "model", "model_not_found")))
 
 
 def _refusal(exc: Exception) -> Response:
     error = failure(exc)
-    return json_reply(error_body(error), error.status, error.headers())
+    return reply(error_body(error), error.status, error.headers())
 
 
 ROUTES_OPENAI: Final = [
