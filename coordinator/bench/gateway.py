@@ -623,10 +623,12 @@ def _print(report: dict[str, Any]) -> None:
         notes = []
         if r["pause_ms"]:
             best = max(x["throughput"] for x in report["rows"] if x["target"] == r["target"])
-            notes.append(
-                f"paced: {r['pause_ms']:g} ms mean random pause per connection, "
-                f"{r['throughput'] / best:.0%} of the saturating rate, one run"
+            share = (  # the upstream is paced as the fastest gateway is, not at half its own rate
+                "the gateways' pace"
+                if r["target"] == "upstream"
+                else f"{r['throughput'] / best:.0%} of the saturating rate"
             )
+            notes.append(f"paced: {r['pause_ms']:g} ms mean random pause per connection, {share}, one run")
         else:
             cpus = report["cpu_ms_per_request_by_round"][f"{r['target']}@{r['connections']}"]
             notes.append("CPU by round " + " / ".join(f"{c:.3f}" for c in cpus))
