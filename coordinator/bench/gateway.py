@@ -534,6 +534,8 @@ def paced_pause(target: Target, connections: int, rate: float, folder: Path) -> 
     less the latency, read off a short run at the first guess (which leaves the latency out)."""
     cycle_ms = connections * 1000 / rate
     guess = drive(target, connections, PACED_CALIBRATION_SECS, folder, pause_ms=cycle_ms)
+    if guess.throughput <= 0:  # nothing answered in the short run: the first guess, and its row says so
+        return round(cycle_ms, 1)
     latency_ms = connections * 1000 / guess.throughput - cycle_ms
     return round(max(0.5, cycle_ms - latency_ms), 1)
 
