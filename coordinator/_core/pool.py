@@ -422,6 +422,11 @@ class Pool:
             )
         return infos
 
+    def workers_starting(self) -> int:
+        """Workers spawned here and not yet connected: each needs a descriptor soon (the service keeps
+        one free for it: libzmq aborts the process when accepting a connection finds none)."""
+        return self._supervisor.starting()
+
     def statistics(self) -> PoolStatistics:
         """The pool's counters now, as one immutable snapshot (the dispatcher's and the supervisor's)."""
         d, s = self._dispatcher.statistics(), self._supervisor.statistics()

@@ -158,15 +158,16 @@ class LocalProcess:
         return exited is None
 
     def memory(self) -> int | None:
+        """Its RSS; ``None`` when it cannot be read (gone, or this process out of descriptors: EMFILE)."""
         try:
             return int(psutil.Process(self.pid).memory_info().rss)
-        except psutil.Error:
+        except (psutil.Error, OSError):
             return None
 
     def stopped(self) -> bool:
         try:
             return bool(psutil.Process(self.pid).status() == psutil.STATUS_STOPPED)
-        except psutil.Error:
+        except (psutil.Error, OSError):
             return False
 
     def read_output(self) -> bytes | None:

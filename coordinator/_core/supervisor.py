@@ -244,6 +244,10 @@ class Supervisor:
         self.changes.notify()
         return True
 
+    def starting(self) -> int:
+        """Local workers spawned whose connection has not said READY yet."""
+        return self._count(WorkerState.STARTING)
+
     def _count(self, *states: WorkerState) -> int:
         """Local workers in ``states`` (the pool sizes only its own processes)."""
         return sum(1 for w in self.workers.values() if w.state in states and w.process.local)

@@ -18,6 +18,10 @@ worker, reach a node, call a model provider, or simply to accept the next health
   closed. A connection over its address's cap is refused the same way. Nothing is ever left queued.
   Over TLS a connection is counted once its handshake is done; the handshake itself must be done
   within ``header_timeout_secs``.
+- **a starting worker's connection comes first**: libzmq aborts the whole process when its accept() of
+  a worker's connection finds no descriptor left, so while a worker is starting (spawned, its
+  connection not yet made) the reserve grows by one per starting worker and :data:`ACCEPT_BURST` (what
+  asyncio may accept before the protocol counts it), whatever ``fd_reserve`` says.
 - **accept errors** (the process out of descriptors all the same) are logged once per
   :data:`ACCEPT_ERROR_LOG_SECS`, with how many were seen, not once per attempt.
 
@@ -34,13 +38,14 @@ import logging
 import os
 import resource
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from coordinator.service.errors import ServiceConfigError
 
 __all__ = [
+    "ACCEPT_BURST",
     "ACCEPT_ERROR_LOG_SECS",
     "AcceptErrorLog",
     "ConnectionLimits",
@@ -52,6 +57,8 @@ __all__ = [
 log = logging.getLogger("rhaipool.service.connections")
 
 ACCEPT_ERROR_LOG_SECS: Final = 10.0
+ACCEPT_BURST: Final = 8
+"""Connections accepted per wake-up of a listener: the most ever held before the protocol counts them."""
 _ACCEPT_ERROR: Final = "socket.accept() out of system resource"  # asyncio's context message for EMFILE & co
 
 
@@ -161,6 +168,8 @@ class ConnectionTable:
         self._per_address: dict[str, int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._last_sweep = 0.0
+        self.workers_starting: Callable[[], int] = lambda: 0
+        """How many of the pool's workers are starting (each will need a descriptor): set by the server."""
 
     def __len__(self) -> int:
         return len(self._open)
@@ -174,7 +183,10 @@ class ConnectionTable:
         if self.max_connections is None:
             self.max_connections = self._derived_cap()
         full = len(self._open) >= self.max_connections
-        if (full or fd >= self.fd_limit - self.limits.fd_reserve) and not self._make_room():
+        reserve = self.limits.fd_reserve
+        if starting := self.workers_starting():
+            reserve += starting + ACCEPT_BURST
+        if (full or fd >= self.fd_limit - reserve) and not self._make_room():
             self.refused += 1
             return "too many connections"
         self._open[conn] = key

@@ -30,6 +30,7 @@ import uvicorn
 from coordinator.service.app import create_app
 from coordinator.service.config import ServeConfig, load_service_config
 from coordinator.service.connections import (
+    ACCEPT_BURST,
     AcceptErrorLog,
     ConnectionTable,
 )
@@ -42,8 +43,6 @@ __all__ = ["run", "serve"]
 
 log = logging.getLogger("rhaipool.service")
 
-ACCEPT_BURST: Final = 8
-"""Connections accepted per wake-up of a listener: the most ever held before the protocol counts them."""
 LISTEN_BACKLOG: Final = 2048
 """The kernel's queue of connections not yet accepted (uvicorn's default)."""
 PER_REQUEST_WARNINGS: Final = (
@@ -91,7 +90,8 @@ class _Server(uvicorn.Server):
         loop = asyncio.get_running_loop()
         AcceptErrorLog(self.table).install(loop)
         with _handshake_timeout(loop, self.table.limits.header_timeout_secs if self.config.ssl else None):
-            await super().startup(sockets)
+            await super().startup(sockets)  # the lifespan (the pool) first, then the listeners
+        self.table.workers_starting = self.service.pool.workers_starting
         for server in getattr(self, "servers", []):
             for listener in server.sockets:
                 _enlarge_backlog(listener)

@@ -433,6 +433,38 @@ def test_with_few_descriptors_silent_sockets_stop_neither_health_checks_nor_othe
     assert len(log) < 50_000, log[-3000:]
 
 
+def test_a_worker_starting_while_connections_take_every_descriptor_still_connects(tmp_path: Path) -> None:
+    """No reserve, no caps: a flood of silent sockets while a replacement worker is starting. libzmq
+    aborts the whole process when its accept() of a worker's connection finds no descriptor (the service
+    died with SIGABRT, "Too many open files (src/ipc_listener.cpp)"), so a starting worker's connection
+    is kept room for whatever ``fd_reserve`` says."""
+    extra = "fd_reserve = 0\nmax_connections = 100000\nmax_connections_per_address = 100000"
+    with running(tmp_path, extra + "\nheader_timeout_secs = 120", nofile=128) as service:
+        assert wait_until(lambda: len(workers(service)) >= 2, 60)
+        before = workers(service)
+        os.kill(min(before), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not workers(service) - before and time.monotonic() < deadline:
+            time.sleep(0.002)  # the replacement is spawned: flood before its connection arrives
+        assert workers(service) - before, "the killed worker was not replaced"
+        attack = connect_many(service, 300, "127.0.0.2")
+        try:
+            time.sleep(3)  # the replacement starts and connects in well under a second
+            assert service.process.poll() is None, service.log()[-3000:]
+        finally:
+            close_all(attack)
+        assert wait_until(lambda: healthz(service) == 200, 30)
+        with service.client("globex") as b:
+            b.put_script("region_hook", "plain", 'fn render(ctx) { "hello" }')
+            b.create_region("notes", script="plain", budget=100)
+            for _ in range(4):
+                assert b.render("notes", stage_name="plan")["fallback"] is False
+        log = service.log()
+    assert "accept() failed" in log  # the flood did take every descriptor, once the worker had its own
+    assert "ipc_listener" not in log
+    assert "pool tick failed" not in log  # the memory watchdog skips a round it cannot read /proc for
+
+
 def test_accept_errors_are_logged_once_per_interval(tmp_path: Path) -> None:
     """With no reserve and no caps the process does run out of descriptors: a line per 10 s, not a flood
     (asyncio retries accept() every second, for every connection waiting)."""
