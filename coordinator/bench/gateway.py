@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -77,6 +78,8 @@ MAX_TOKENS = 16
 """In every gateway's request: the Anthropic API requires it, and the routes compared run one inference."""
 LITELLM_PATHS = (Path("/opt/litellm-venv/bin/litellm"), Path.home() / ".cache/litellm-venv/bin/litellm")
 """Where the documented install puts LiteLLM's ``litellm`` command, tried in turn."""
+CORES = len(os.sched_getaffinity(0))
+"""The cores this run may use: with each route's CPU per request, the most any gateway could carry here."""
 UPSTREAM_HEALTHY_FACTOR = 20
 """The upstream alone must answer at least this many times the fastest gateway's rate."""
 UPSTREAM_PACED_P99_MS = 1.0
@@ -138,6 +141,8 @@ class Row:
     """Of ``cpu_ms_per_request``: the gateway's main process alone (rhaipool: the coordinator)."""
     not_2xx: tuple[str, ...] = ()
     """The first answers that were not 2xx (status and the start of the body), up to 3 per wrk thread."""
+    driver_cpu_ms_per_request: float = 0.0
+    """wrk's own CPU per request: what the load generator takes of the same cores."""
 
 
 def _family(pid: int) -> Callable[[], list[int]]:
@@ -215,7 +220,9 @@ def drive(target: Target, connections: int, seconds: float, folder: Path, pause_
     time.sleep(SETTLE_SECS)
     load = load_average()
     before = _cpu(target.pids())
+    driver = _children_cpu()
     out = wrk(seconds)
+    driver = _children_cpu() - driver  # wrk is the only child that exits meanwhile
     after = _cpu(target.pids())  # before the requests wrk left in flight finish: not in its count
     time.sleep(SETTLE_SECS)
     found = _RESULT.search(out)
@@ -239,7 +246,13 @@ def drive(target: Target, connections: int, seconds: float, folder: Path, pause_
         load,
         (after[1] - before[1]) * 1000 / max(1, requests),
         tuple(line.removeprefix("NON2XX ") for line in out.splitlines() if line.startswith("NON2XX ")),
+        driver * 1000 / max(1, requests),
     )
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _wait_http(url: str, process: subprocess.Popen[bytes], what: str, wait: float = 120.0) -> None:
@@ -449,6 +462,7 @@ def _median_row(runs: list[Row]) -> Row:
         mid("load"),
         mid("main_cpu_ms_per_request"),
         tuple(why for r in runs for why in r.not_2xx)[:3],
+        mid("driver_cpu_ms_per_request"),
     )
 
 
@@ -604,6 +618,11 @@ def _verdicts(rows: list[Row]) -> dict[str, Any]:
         for name, row in (("native", native), ("v1_chat", chat), ("v1_messages", messages)):
             if row and lite:
                 verdict[f"{name}_vs_litellm"] = row.throughput / lite.throughput
+        if chat and up is not None:  # what this machine's cores could carry at this run's CPU costs
+            cost = chat.cpu_ms_per_request + chat.driver_cpu_ms_per_request + up.cpu_ms_per_request
+            verdict["v1_chat_machine_ceiling"] = CORES * 1000 / cost
+            if lite:
+                verdict["v1_chat_machine_ceiling_vs_litellm"] = CORES * 1000 / cost / lite.throughput
         out[str(n)] = verdict
     return out
 
@@ -661,6 +680,13 @@ def _print(report: dict[str, Any]) -> None:
                     f"{key.removesuffix('_vs_litellm').replace('_', '-')} x{v[key]:.1f} LiteLLM's rate"
                 )
         print(f"at {n} connections: " + "; ".join(parts))
+        if "v1_chat_machine_ceiling" in v:
+            lite, ceiling = v.get("v1_chat_machine_ceiling_vs_litellm"), v["v1_chat_machine_ceiling"]
+            print(
+                f"  ceiling at {n} connections: {CORES} cores carry at most {ceiling:.0f} "
+                "v1-chat requests/s at this run's CPU per request (the gateway's, wrk's and the upstream's, "
+                "every core busy)" + (f": x{lite:.1f} LiteLLM's rate" if lite else "")
+            )
     closed = {(r["target"], r["connections"]): r for r in report["rows"] if not r["pause_ms"]}
     steps = (*LAYERS, "native")
     for n in report["connections"]:
