@@ -157,8 +157,10 @@ def open_descriptors() -> int | None:
 class ConnectionTable:
     """The service's open connections, counted in all and per address, swept for their timeouts."""
 
-    def __init__(self, limits: ConnectionLimits) -> None:
+    def __init__(self, limits: ConnectionLimits, workers_starting: Callable[[], int] = lambda: 0) -> None:
         self.limits = limits
+        self.workers_starting = workers_starting
+        """How many of the pool's workers are starting now (each will need a descriptor)."""
         self.fd_limit = descriptor_limit()
         self.max_connections: int | None = limits.max_connections  # derived at the first connection
         self.interval = min(max(min(limits.header_timeout_secs, limits.body_timeout_secs) / 10, 0.05), 1.0)
@@ -168,8 +170,6 @@ class ConnectionTable:
         self._per_address: dict[str, int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._last_sweep = 0.0
-        self.workers_starting: Callable[[], int] = lambda: 0
-        """How many of the pool's workers are starting (each will need a descriptor): set by the server."""
 
     def __len__(self) -> int:
         return len(self._open)

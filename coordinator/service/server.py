@@ -90,8 +90,7 @@ class _Server(uvicorn.Server):
         loop = asyncio.get_running_loop()
         AcceptErrorLog(self.table).install(loop)
         with _handshake_timeout(loop, self.table.limits.header_timeout_secs if self.config.ssl else None):
-            await super().startup(sockets)  # the lifespan (the pool) first, then the listeners
-        self.table.workers_starting = self.service.pool.workers_starting
+            await super().startup(sockets)
         for server in getattr(self, "servers", []):
             for listener in server.sockets:
                 _enlarge_backlog(listener)
@@ -171,8 +170,9 @@ def _throttle_uvicorn() -> None:
 async def serve(config: ServeConfig, *, pool_options: dict[str, Any] | None = None) -> None:
     """Serve until SIGTERM/SIGINT has drained the calls."""
     _throttle_uvicorn()
-    table = ConnectionTable(config.connections)
     service = Service(config, pool_options=pool_options)
+    # The pool exists once the lifespan has started, before the listeners take a first connection.
+    table = ConnectionTable(config.connections, lambda: service.pool.workers_starting())
     gate = create_app(service)
     server = _Server(_uvicorn_config(gate, config, table), gate, service, table)
     await server.serve()
